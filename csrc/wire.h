@@ -1,0 +1,186 @@
+/* rpbcast wire format, version 1.  The normative description, with a
+ * diagram per message type, is docs/wire-format.md; keep the two in step.
+ *
+ * A datagram is a 24-byte datagram header, `count` messages, and an optional
+ * MAC trailer.  Every message is a 24-byte message header and `len` body
+ * bytes.  All integers are little-endian.
+ *
+ * The decoder (rp_wire_parse) checks every length and count before it reads
+ * the bytes they describe, validates each body against its type, and
+ * returns a reason code for anything malformed; it never reads outside
+ * [buf, buf + len).
+ */
+#ifndef RP_WIRE_H
+#define RP_WIRE_H
+
+#include "rp_common.h"
+
+#define RP_WIRE_MAGIC      0x5052u      /* bytes 'R' 'P' */
+#define RP_WIRE_VERSION    1
+#define RP_DG_HDR          24
+#define RP_MSG_HDR         24
+#define RP_WIRE_MAX_DGRAM  65507        /* largest UDP/IPv4 payload */
+#define RP_WIRE_MAX_MAC    64
+#define RP_WIRE_MAX_MSGS   2730         /* 65507 / 24 */
+
+/* Datagram flags. */
+#define RP_DGF_MAC         0x01         /* MAC trailer of mac_len bytes */
+#define RP_DGF_KNOWN       0x01
+
+/* Message types. */
+enum {
+    RP_T_PAD       = 0,   /* filler so GSO segments share one size */
+    RP_T_DATA      = 1,   /* application data, first transmission */
+    RP_T_REPAIR    = 2,   /* retransmitted data (from a peer or a logger) */
+    RP_T_HEARTBEAT = 3,   /* seq = last seq sent by (sender, inc) */
+    RP_T_GOSSIP    = 4,   /* negative gossip: sections (missing, lastseen, stability, live) */
+    RP_T_HBLIST    = 5,   /* heartbeat list: (sender, inc, last seq) entries */
+    RP_T_RTX       = 6,   /* retransmission request (logger phase): MISSING sections */
+    RP_T_GCNOTE    = 7,   /* "garbage collected here, ask a logger": MISSING sections */
+    RP_T_LOGACK    = 8,   /* logger acknowledges (sender, inc): every seq < seq is logged */
+    RP_T_JOIN      = 9,   /* join request; seq = freshness; body = member entry */
+    RP_T_LEAVE     = 10,  /* leave request; seq = freshness */
+    RP_T_MEMBERS   = 11,  /* membership list: member entries */
+    RP_T_STABILITY = 12,  /* multicast stability array of a completed round */
+    RP_T_GAPNOTE   = 13,  /* ids that will never be delivered: MISSING sections */
+    RP_T_PURGED    = 14,  /* FIFO-SRB: (seq, superseded-by) pairs of (sender, inc) */
+    RP_T_WINDOW    = 15,  /* FIFO-SRB: sender window empty below seq; aux = w */
+    RP_T_SEQBLOCK  = 16,  /* sequence block check-out with a logger */
+    RP_T_PING      = 17,  /* RTT probe; body = u64 timestamp */
+    RP_T_PONG      = 18,  /* RTT probe answer; body = echoed timestamp */
+    RP_T__COUNT    = 19
+};
+
+/* Message flags, by type. */
+#define RP_MF_LABEL        0x01   /* DATA/REPAIR: body starts with u64 label */
+#define RP_MF_FROM_LOGGER  0x02   /* REPAIR: served from a logger */
+#define RP_MF_IDLE         0x01   /* HEARTBEAT: sender is going idle */
+#define RP_MF_FIRST        0x02   /* HEARTBEAT: body = u64 first seq of this incarnation */
+#define RP_MF_REPLY        0x01   /* HBLIST/MEMBERS/SEQBLOCK: an answer */
+#define RP_MF_PUSH         0x02   /* HBLIST/MEMBERS: pushed because the target is behind */
+#define RP_MF_LOST         0x01   /* GAPNOTE: lost (sender crashed) rather than never sent */
+
+/* GOSSIP / RTX / GCNOTE / GAPNOTE body sections: u8 kind, u8 flags,
+ * u16 length, data. */
+#define RP_SEC_HDR         4
+enum {
+    RP_SEC_MISSING   = 1,  /* u32 sender, u32 inc, digest */
+    RP_SEC_LASTSEEN  = 2,  /* n x (u32 sender, u32 inc, u64 next) */
+    RP_SEC_STABILITY = 3,  /* u64 round, u32 m, u32 n, m x (u32 sender, u32 inc, u64 M),
+                              m x u64 S, ceil(n/64) x u64 W */
+    RP_SEC_LIVE      = 4,  /* u32 n, n x u8 live counters (saturating) */
+};
+
+#define RP_GOSSIP_FIXED    24     /* u64 hb_sig, u64 mem_sig, u64 timestamp */
+#define RP_MEMBER_ENTRY    40     /* u32 id, u32 inc, u8 status, u8 role, u16 port,
+                                     u32 ipv4, u32 rank, u32 reserved,
+                                     u64 freshness, u64 lastseq */
+#define RP_HB_ENTRY        16     /* u32 sender, u32 inc, u64 seq */
+
+/* Decoder reason codes: 0 is success, every other value is counted. */
+enum {
+    RP_WR_OK = 0,
+    RP_WR_SHORT,        /* shorter than a datagram header */
+    RP_WR_OVERSIZE,     /* longer than the configured maximum */
+    RP_WR_MAGIC,        /* wrong magic */
+    RP_WR_VERSION,      /* unsupported version */
+    RP_WR_DFLAGS,       /* unknown datagram flag bits */
+    RP_WR_MAC,          /* MAC length inconsistent with flags or size */
+    RP_WR_COUNT,        /* message count 0, or more than the caller can hold */
+    RP_WR_MSG_TRUNC,    /* a message header runs past the end */
+    RP_WR_BODY_TRUNC,   /* a message body runs past the end */
+    RP_WR_TRAILING,     /* bytes left over after `count` messages */
+    RP_WR_TYPE,         /* unknown message type */
+    RP_WR_FLAGS,        /* flag bits not defined for the type */
+    RP_WR_BODY,         /* body malformed for its type */
+    RP_WR_SEQ,          /* sequence number beyond the allowed range */
+    RP_WR_GROUP,        /* another group's datagram (counted by the engine) */
+    RP_WR_AUTH,         /* MAC check failed (counted by the engine) */
+    RP_WR__COUNT
+};
+
+extern const char *const rp_wire_reason_names[RP_WR__COUNT];
+extern const char *const rp_wire_type_names[RP_T__COUNT];
+
+typedef struct {
+    uint32_t group;
+    uint32_t source;        /* node that put the datagram on the wire */
+    uint32_t source_inc;
+    uint32_t dseq;          /* per-source datagram counter */
+    uint16_t count;
+    uint16_t mac_len;
+    uint8_t version;
+    uint8_t dflags;
+} rp_dghdr_t;
+
+typedef struct {
+    const uint8_t *body;
+    uint64_t seq;
+    uint32_t sender;
+    uint32_t inc;
+    uint32_t aux;
+    uint16_t len;
+    uint8_t type;
+    uint8_t flags;
+} rp_msgview_t;
+
+/* Parse and validate a datagram.  On RP_WR_OK, *h is filled and msgs[0..count)
+ * describe the messages (bodies point into buf).  max_len is the largest
+ * datagram accepted (<= RP_WIRE_MAX_DGRAM). */
+int rp_wire_parse(const uint8_t *buf, size_t len, size_t max_len, rp_dghdr_t *h,
+                  rp_msgview_t *msgs, size_t max_msgs);
+
+/* Validate one message body for its type (also used by parse). */
+int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t len);
+
+/* Section iteration over a GOSSIP/RTX/GCNOTE/GAPNOTE body (already
+ * validated by parse).  Returns 1 with a section, 0 at the end, or -1. */
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} rp_secit_t;
+
+RP_INLINE void rp_secit_init(rp_secit_t *it, const uint8_t *p, size_t len) {
+    it->p = p;
+    it->end = p + len;
+}
+int rp_secit_next(rp_secit_t *it, uint8_t *kind, uint8_t *flags, const uint8_t **data,
+                  uint16_t *slen);
+
+/* ---- building datagrams ------------------------------------------------ */
+
+typedef struct {
+    uint8_t *buf;
+    size_t cap;            /* bytes available for this datagram (MTU payload) */
+    size_t len;
+    uint16_t count;
+    uint16_t mac_len;      /* reserved at the end by finish() */
+} rp_dgb_t;
+
+void rp_dgb_begin(rp_dgb_t *b, uint8_t *buf, size_t cap, uint32_t group, uint32_t source,
+                  uint32_t source_inc, uint32_t dseq);
+
+/* Append a message header and reserve body_len bytes; returns a pointer to
+ * the body to fill, or NULL if it does not fit. */
+uint8_t *rp_dgb_add(rp_dgb_t *b, uint8_t type, uint8_t flags, uint32_t sender, uint32_t inc,
+                    uint32_t aux, uint64_t seq, size_t body_len);
+
+/* Bytes a further message body could have (0 if not even a header fits). */
+RP_INLINE size_t rp_dgb_room(const rp_dgb_t *b) {
+    size_t used = b->len + RP_MSG_HDR + b->mac_len;
+    return used <= b->cap ? b->cap - used : 0;
+}
+
+/* Shrink the body of the last message added (after filling less than
+ * reserved). */
+void rp_dgb_trim_last(rp_dgb_t *b, size_t body_len);
+
+/* Pad with a PAD message so the datagram is exactly `size` bytes (for GSO).
+ * Returns 0, or -1 if it cannot (already larger, or the gap is smaller than
+ * a message header). */
+int rp_dgb_pad_to(rp_dgb_t *b, size_t size);
+
+/* Write the count (and zeroed MAC room); returns the datagram length. */
+size_t rp_dgb_finish(rp_dgb_t *b);
+
+#endif

@@ -1,0 +1,280 @@
+# Declarations of the C core in csrc/ (one block per header).
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+
+
+cdef extern from "rp_common.h" nogil:
+    enum:
+        RP_OK
+        RP_ENOMEM
+        RP_EINVAL
+        RP_EFULL
+    ctypedef struct rp_ival_t:
+        uint64_t lo
+        uint64_t hi
+
+
+cdef extern from "iset.h" nogil:
+    ctypedef struct rp_iset_t:
+        rp_ival_t *v
+        uint32_t n
+        uint32_t cap
+        uint32_t max_n
+        uint64_t count
+    int rp_iset_init(rp_iset_t *s, uint32_t cap_hint, uint32_t max_n)
+    void rp_iset_free(rp_iset_t *s)
+    void rp_iset_clear(rp_iset_t *s)
+    int64_t rp_iset_add(rp_iset_t *s, uint64_t lo, uint64_t hi)
+    int64_t rp_iset_remove(rp_iset_t *s, uint64_t lo, uint64_t hi)
+    int rp_iset_contains(const rp_iset_t *s, uint64_t x)
+    int64_t rp_iset_find(const rp_iset_t *s, uint64_t x)
+    int rp_iset_next(const rp_iset_t *s, uint64_t x, uint64_t *out)
+
+
+cdef extern from "seqtrack.h" nogil:
+    uint64_t RP_SEQ_LIMIT
+    enum:
+        RP_ACC_DUP
+        RP_ACC_NEW
+        RP_ACC_FILL
+        RP_ACC_FAR
+        RP_ACC_NOMEM
+    ctypedef struct rp_seqtrack_t:
+        uint64_t base
+        uint64_t next
+        uint64_t max_gap
+        rp_iset_t missing
+        uint64_t n_new, n_fill, n_dup, n_far, n_nomem, n_gaps
+    int rp_seqtrack_init(rp_seqtrack_t *t, uint64_t base, uint64_t max_gap, uint32_t max_intervals)
+    void rp_seqtrack_free(rp_seqtrack_t *t)
+    int rp_seqtrack_accept(rp_seqtrack_t *t, uint64_t seq, uint64_t *gap_lo, uint64_t *gap_hi)
+    int64_t rp_seqtrack_heartbeat(rp_seqtrack_t *t, uint64_t seq, uint64_t *gap_lo, uint64_t *gap_hi)
+    size_t rp_seqtrack_accept_batch(rp_seqtrack_t *t, const uint64_t *seqs, size_t n, uint8_t *out)
+    int64_t rp_seqtrack_forget(rp_seqtrack_t *t, uint64_t lo, uint64_t hi)
+    int rp_seqtrack_received(const rp_seqtrack_t *t, uint64_t seq)
+    uint64_t rp_seqtrack_contiguous(const rp_seqtrack_t *t)
+
+
+cdef extern from "digest.h" nogil:
+    enum:
+        RP_DIG_TRUNCATED
+        RP_DIG_BAD_VARINT
+        RP_DIG_BAD_RANGE
+        RP_DIG_TOO_MANY
+    size_t rp_digest_encode(const rp_ival_t *iv, size_t n, uint64_t frm, uint64_t upto,
+                            uint8_t *buf, size_t budget, uint64_t *out_upto, size_t *out_n)
+    long rp_digest_decode(const uint8_t *buf, size_t length, rp_ival_t *out, size_t max_out,
+                          size_t *n_out, uint64_t *frm, uint64_t *upto)
+    long rp_digest_check(const uint8_t *buf, size_t length, size_t *n_out)
+    size_t rp_varint_put(uint8_t *p, uint64_t v)
+    size_t rp_varint_get(const uint8_t *p, size_t length, uint64_t *v)
+
+
+cdef extern from "signature.h" nogil:
+    uint64_t rp_xxh64(const void *data, size_t length, uint64_t seed)
+    uint64_t rp_sig_entry(uint32_t key, uint32_t a, uint64_t b, uint64_t seed)
+    ctypedef struct rp_sigvec_t:
+        uint64_t seed
+        uint64_t sig
+        uint32_t cap
+        uint32_t count
+        uint64_t *hash
+        uint8_t *present
+    int rp_sigvec_init(rp_sigvec_t *v, uint32_t cap, uint64_t seed)
+    void rp_sigvec_free(rp_sigvec_t *v)
+    int rp_sigvec_set(rp_sigvec_t *v, uint32_t slot, uint32_t key, uint32_t a, uint64_t b)
+    void rp_sigvec_del(rp_sigvec_t *v, uint32_t slot)
+
+
+cdef extern from "stability.h" nogil:
+    enum:
+        RP_STAB_REDUNDANT
+        RP_STAB_ADOPTED
+        RP_STAB_MERGED
+        RP_STAB_NEXT
+        RP_STAB_FUTURE
+        RP_STAB_OLD
+        RP_STAB_COMPLETED
+    ctypedef struct rp_stab_t:
+        uint32_t m, n, mcap, ncap, self
+        uint64_t round
+        uint64_t *R
+        uint64_t *M
+        uint64_t *S
+        uint64_t *W
+        uint64_t *alive
+        uint32_t *L
+        uint64_t n_rounds
+    int rp_stab_init(rp_stab_t *s, uint32_t m, uint32_t n, uint32_t self)
+    void rp_stab_free(rp_stab_t *s)
+    int rp_stab_resize(rp_stab_t *s, uint32_t m, uint32_t n)
+    void rp_stab_set_R(rp_stab_t *s, uint32_t j, uint64_t v)
+    void rp_stab_start_round(rp_stab_t *s)
+    int rp_stab_merge(rp_stab_t *s, const uint64_t *M, const uint64_t *W, const uint64_t *S,
+                      uint64_t r, uint32_t m_in, uint32_t n_in)
+    int rp_stab_merge_S(rp_stab_t *s, const uint64_t *S, uint32_t m_in, uint64_t r)
+    int rp_stab_complete(const rp_stab_t *s)
+    int rp_stab_check(rp_stab_t *s)
+    void rp_stab_fd_step(rp_stab_t *s)
+    void rp_stab_fd_heard(rp_stab_t *s, uint32_t i)
+    void rp_stab_fd_merge(rp_stab_t *s, const uint32_t *L, uint32_t n_in)
+    uint32_t rp_stab_fd_failed(rp_stab_t *s, uint32_t K)
+    void rp_stab_set_alive(rp_stab_t *s, uint32_t i, int alive)
+    int rp_stab_is_alive(const rp_stab_t *s, uint32_t i)
+    int rp_stab_heard(const rp_stab_t *s, uint32_t i)
+
+
+cdef extern from "hmap.h" nogil:
+    ctypedef struct rp_hmap_t:
+        uint64_t mask
+        uint64_t n
+        uint64_t max_n
+    int rp_hmap_init(rp_hmap_t *m, uint64_t cap_hint, uint64_t max_n)
+    void rp_hmap_free(rp_hmap_t *m)
+    uint64_t *rp_hmap_get(const rp_hmap_t *m, uint64_t key, uint32_t tag)
+    int rp_hmap_put(rp_hmap_t *m, uint64_t key, uint32_t tag, uint64_t val)
+    int rp_hmap_del(rp_hmap_t *m, uint64_t key, uint32_t tag, uint64_t *old)
+
+
+cdef extern from "srb.h" nogil:
+    uint64_t RP_SRB_NOLABEL
+    enum:
+        RP_SQ_EMPTY
+        RP_SQ_QUEUED
+        RP_SQ_PURGED
+        RP_SQ_R_QUEUED
+        RP_SQ_R_OBSOLETE
+        RP_SQ_R_OLD
+        RP_SQ_R_PURGED_OLDER
+    ctypedef struct rp_srbq_t:
+        uint64_t head, tail, w, cap, max_cap
+        rp_hmap_t labels
+        uint64_t n_queued, n_delivered, n_purged_queue, n_obsolete_arrival
+        uint64_t n_purged_inferred, n_purged_marked
+    int rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t max_cap)
+    void rp_srbq_free(rp_srbq_t *q)
+    int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle,
+                       uint64_t *purged, uint64_t *purged_seq)
+    int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi)
+    int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq)
+    size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)
+    uint64_t rp_srbq_pending(const rp_srbq_t *q)
+
+    enum:
+        RP_SW_FREE
+        RP_SW_OUT
+        RP_SW_OBSOLETE
+        RP_SW_PURGED
+        RP_SW_STABLE
+    ctypedef struct rp_srbw_t:
+        uint64_t low, next, w, safe, stable, cap
+        rp_hmap_t labels
+        uint64_t n_sent, n_purged, n_stable
+    int rp_srbw_init(rp_srbw_t *s, uint64_t base, uint64_t w)
+    void rp_srbw_free(rp_srbw_t *s)
+    int rp_srbw_can_send(const rp_srbw_t *s)
+    int rp_srbw_sent(rp_srbw_t *s, uint64_t label, uint64_t handle)
+    size_t rp_srbw_set_safe(rp_srbw_t *s, uint64_t upto, uint64_t *seqs, uint64_t *sup,
+                            uint64_t *handles, size_t mx)
+    size_t rp_srbw_set_stable(rp_srbw_t *s, uint64_t upto, uint64_t *handles, size_t mx)
+    int rp_srbw_purged_by(const rp_srbw_t *s, uint64_t seq, uint64_t *sup)
+
+
+cdef extern from "msgstore.h" nogil:
+    enum:
+        RP_MS_DELIVER
+        RP_MS_GOSSIP
+        RP_MS_SEND
+        RP_MS_SRB
+        RP_MS_LOG
+        RP_MS_APP
+        RP_MS_QUEUE
+    ctypedef struct rp_msent_t:
+        uint64_t seq
+        uint64_t label
+        int64_t t
+        uint64_t mpos
+        uint32_t len
+        uint32_t sender
+        uint32_t holds
+        uint32_t age
+    ctypedef struct rp_mstore_t:
+        uint64_t acap, bhead, btail, emask, head, tail
+        uint64_t gc_cursor, deliver_cursor, gossip_bytes, gossip_count
+        rp_hmap_t index
+        uint64_t n_put, n_full, n_evicted, n_freed
+    int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries)
+    void rp_mstore_free(rp_mstore_t *s)
+    int64_t rp_mstore_put(rp_mstore_t *s, uint32_t sender, uint64_t seq, uint64_t label,
+                          int64_t t, uint32_t age, uint32_t holds, uint32_t evictable,
+                          const uint8_t *payload, uint32_t length)
+    int rp_mstore_valid(const rp_mstore_t *s, uint64_t ticket)
+    rp_msent_t *rp_mstore_entry(const rp_mstore_t *s, uint64_t ticket)
+    uint8_t *rp_mstore_data(const rp_mstore_t *s, const rp_msent_t *e)
+    int64_t rp_mstore_find(const rp_mstore_t *s, uint32_t sender, uint64_t seq)
+    void rp_mstore_release(rp_mstore_t *s, uint64_t ticket, uint32_t holds)
+    uint64_t rp_mstore_gc(rp_mstore_t *s, uint32_t min_age, uint64_t max_bytes)
+    size_t rp_mstore_take_deliveries(rp_mstore_t *s, uint64_t *tickets, size_t mx)
+    uint64_t rp_mstore_bytes_used(const rp_mstore_t *s)
+    uint64_t rp_mstore_count(const rp_mstore_t *s)
+
+
+cdef extern from "wire.h" nogil:
+    enum:
+        RP_WIRE_MAGIC
+        RP_WIRE_VERSION
+        RP_DG_HDR
+        RP_MSG_HDR
+        RP_WIRE_MAX_DGRAM
+        RP_WIRE_MAX_MAC
+        RP_WIRE_MAX_MSGS
+        RP_DGF_MAC
+        RP_SEC_HDR
+        RP_GOSSIP_FIXED
+        RP_MEMBER_ENTRY
+        RP_HB_ENTRY
+        RP_T__COUNT
+        RP_WR__COUNT
+        RP_WR_OK
+    const char *rp_wire_reason_names[]
+    const char *rp_wire_type_names[]
+    ctypedef struct rp_dghdr_t:
+        uint32_t group
+        uint32_t source
+        uint32_t source_inc
+        uint32_t dseq
+        uint16_t count
+        uint16_t mac_len
+        uint8_t version
+        uint8_t dflags
+    ctypedef struct rp_msgview_t:
+        const uint8_t *body
+        uint64_t seq
+        uint32_t sender
+        uint32_t inc
+        uint32_t aux
+        uint16_t len
+        uint8_t type
+        uint8_t flags
+    int rp_wire_parse(const uint8_t *buf, size_t length, size_t max_len, rp_dghdr_t *h,
+                      rp_msgview_t *msgs, size_t max_msgs)
+    int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t length)
+    ctypedef struct rp_secit_t:
+        const uint8_t *p
+        const uint8_t *end
+    void rp_secit_init(rp_secit_t *it, const uint8_t *p, size_t length)
+    int rp_secit_next(rp_secit_t *it, uint8_t *kind, uint8_t *flags, const uint8_t **data,
+                      uint16_t *slen)
+    ctypedef struct rp_dgb_t:
+        uint8_t *buf
+        size_t cap
+        size_t len
+        uint16_t count
+        uint16_t mac_len
+    void rp_dgb_begin(rp_dgb_t *b, uint8_t *buf, size_t cap, uint32_t group, uint32_t source,
+                      uint32_t source_inc, uint32_t dseq)
+    uint8_t *rp_dgb_add(rp_dgb_t *b, uint8_t type, uint8_t flags, uint32_t sender, uint32_t inc,
+                        uint32_t aux, uint64_t seq, size_t body_len)
+    size_t rp_dgb_room(const rp_dgb_t *b)
+    void rp_dgb_trim_last(rp_dgb_t *b, size_t body_len)
+    int rp_dgb_pad_to(rp_dgb_t *b, size_t size)
+    size_t rp_dgb_finish(rp_dgb_t *b)

@@ -1,0 +1,40 @@
+"""Build the C core (csrc/) once as a static library and the Cython
+extensions that wrap it, one extension per concept."""
+import glob
+import os
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+CSRC = sorted(glob.glob("csrc/*.c"))
+
+# -O2 and nothing machine-specific by default: -march=native breaks valgrind
+# and wheels moved to other CPUs.  RPBCAST_NATIVE=1 opts in.
+CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-fno-strict-aliasing"]
+if os.environ.get("RPBCAST_NATIVE") == "1":
+    CFLAGS.append("-march=native")
+if os.environ.get("RPBCAST_DEBUG") == "1":
+    CFLAGS += ["-O0", "-g", "-fsanitize=address,undefined"]
+
+MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire"]
+
+
+def ext(name):
+    return Extension(
+        f"rpbcast.{name}",
+        [f"rpbcast/{name}.pyx"],
+        include_dirs=["csrc", numpy.get_include()],
+        extra_compile_args=[f for f in CFLAGS if f != "-std=gnu11"] + ["-Wno-unused-function"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+
+
+setup(
+    libraries=[("rpbcore", {"sources": CSRC, "include_dirs": ["csrc"], "cflags": CFLAGS})],
+    ext_modules=cythonize(
+        [ext(m) for m in MODULES],
+        compiler_directives={"language_level": "3", "embedsignature": True},
+        include_path=["."],
+    ),
+)
