@@ -17,7 +17,7 @@ if os.environ.get("RPBCAST_NATIVE") == "1":
 if os.environ.get("RPBCAST_DEBUG") == "1":
     CFLAGS += ["-O0", "-g", "-fsanitize=address,undefined"]
 
-MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire"]
+MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire", "logstore", "node"]
 
 
 def ext(name):
@@ -27,6 +27,8 @@ def ext(name):
         include_dirs=["csrc", numpy.get_include()],
         extra_compile_args=[f for f in CFLAGS if f != "-std=gnu11"] + ["-Wno-unused-function"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        # Relink when the core changes (the static library is not tracked).
+        depends=CSRC + sorted(glob.glob("csrc/*.h")),
     )
 
 

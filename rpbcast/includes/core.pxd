@@ -278,3 +278,155 @@ cdef extern from "wire.h" nogil:
     void rp_dgb_trim_last(rp_dgb_t *b, size_t body_len)
     int rp_dgb_pad_to(rp_dgb_t *b, size_t size)
     size_t rp_dgb_finish(rp_dgb_t *b)
+
+
+cdef extern from "outbox.h" nogil:
+    uint64_t RP_DEST_MCAST
+    ctypedef struct rp_outd_t:
+        uint64_t dest
+        uint32_t off
+        uint32_t len
+    ctypedef struct rp_outbox_t:
+        uint8_t *buf
+        size_t cap, used
+        rp_outd_t *d
+        size_t n, dcap
+        uint32_t mtu
+        uint64_t n_dgrams, n_bytes
+    uint8_t *rp_out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
+                        uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len)
+    size_t rp_out_room(const rp_outbox_t *o, uint64_t dest)
+    void rp_out_flush(rp_outbox_t *o)
+    void rp_out_clear(rp_outbox_t *o)
+    void rp_out_consume(rp_outbox_t *o, size_t k)
+    size_t rp_out_pending(const rp_outbox_t *o)
+
+
+cdef extern from "trace.h" nogil:
+    enum:
+        RP_EV__COUNT
+    ctypedef struct rp_trace_t:
+        size_t cap, n
+        int64_t *t
+        uint8_t *ev
+        uint32_t *sender
+        uint32_t *inc
+        uint32_t *size
+        uint32_t *aux
+        uint64_t *seq
+        uint64_t *peer
+        uint64_t dropped
+    int rp_trace_init(rp_trace_t *tr, size_t cap)
+    void rp_trace_free(rp_trace_t *tr)
+
+
+cdef extern from "logstore.h" nogil:
+    enum:
+        RP_LOG_HDR
+        RP_LOG_MAX_PAYLOAD
+    uint32_t rp_crc32c(uint32_t crc, const void *data, size_t length)
+    ctypedef struct rp_lstream_t:
+        uint32_t sender, inc
+        uint64_t gc_below, count, min_seq, max_seq
+    ctypedef struct rp_log_t:
+        uint32_t nsegs
+        uint32_t nstreams
+        rp_lstream_t *streams
+        uint64_t appended, synced, bytes
+        uint64_t rec_records, rec_bad, rec_truncated_bytes
+    int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit)
+    void rp_log_close(rp_log_t *l)
+    int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t label,
+                      int64_t t, const uint8_t *payload, uint32_t plen)
+    int rp_log_flush(rp_log_t *l)
+    int rp_log_sync(rp_log_t *l)
+    int rp_log_has(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq)
+    long rp_log_read(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq,
+                     const uint8_t **payload, uint64_t *label)
+    int64_t rp_log_gc(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t below)
+    int rp_log_gc_segments(rp_log_t *l)
+
+
+cdef extern from "node.h" nogil:
+    uint32_t RP_SELF_SLOT
+    uint32_t RP_NO_SLOT
+    enum:
+        RP_C__COUNT
+    const char *rp_node_counter_names[]
+    ctypedef struct rp_peer_t:
+        uint32_t id, inc, slot
+        rp_seqtrack_t st
+        rp_iset_t lmissing
+        rp_iset_t inflight
+        uint64_t idle_seq
+        uint64_t gossip_cursor
+        int64_t last_heard
+        uint64_t addr
+        rp_srbq_t *q
+        uint8_t dead
+        uint64_t rx_new, rx_fill, rx_dup
+    ctypedef struct rp_ctl_t:
+        const uint8_t *body
+        uint64_t seq
+        uint64_t src_addr
+        uint32_t sender, inc, aux
+        uint32_t source, source_inc
+        uint16_t len
+        uint8_t type, flags
+    ctypedef struct rp_node_t:
+        uint32_t group, id, inc
+        uint8_t deliver_own, fifo, is_logger, tracing, no_deliver
+        uint64_t srb_w
+        size_t max_dgram
+        uint32_t max_scan
+        uint64_t next_seq, acked
+        int64_t last_publish
+        rp_srbw_t *srbw
+        rp_peer_t **peers
+        uint32_t npeers
+        rp_sigvec_t hbsig
+        rp_mstore_t store
+        uint32_t round
+        rp_outbox_t out
+        rp_ctl_t *ctl
+        size_t nctl
+        uint32_t nack_pending
+        uint64_t c[1]
+        uint64_t rx_reason[1]
+        uint64_t msgs_in[1]
+        uint64_t bytes_in[1]
+        uint64_t msgs_out[1]
+        uint64_t bytes_out[1]
+        rp_trace_t trace
+        rp_log_t *log
+    ctypedef struct rp_node_cfg_t:
+        uint32_t group, id, inc, mtu
+        uint64_t store_bytes, store_entries, max_gap, srb_w
+        uint32_t max_scan
+        uint8_t deliver_own, fifo, is_logger, no_deliver
+    int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
+    void rp_node_free(rp_node_t *n)
+    uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc)
+    int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base)
+    rp_peer_t *rp_node_peer_at(rp_node_t *n, uint32_t slot)
+    int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t length, uint64_t src_addr, int64_t now)
+    int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now)
+    void rp_node_ctl_clear(rp_node_t *n)
+    int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t length, uint64_t label,
+                            int64_t now)
+    size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
+                                 const uint64_t *labels, size_t count, int64_t now)
+    int rp_node_send_heartbeat(rp_node_t *n, int idle)
+    uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto)
+    size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
+                         uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now)
+    size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t frm, uint64_t upto,
+                           rp_ival_t *out, size_t mx)
+    int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
+    int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
+    uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes)
+    void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst)
+    size_t rp_node_recv(rp_node_t *n, size_t mx, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
+                        uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                        uint8_t *buf, size_t cap, int64_t now)
+    uint64_t rp_node_pending(const rp_node_t *n)

@@ -1,0 +1,833 @@
+#include "node.h"
+
+#include <stdlib.h>
+
+#define NONE UINT64_MAX
+
+const char *const rp_node_counter_names[RP_C__COUNT] = {
+    "sent", "rx_dgrams", "rx_bad", "rx_own", "rx_new", "rx_fill", "rx_dup", "rx_far",
+    "rx_dropped_full", "gaps", "gap_ids", "repairs_peer", "repairs_logger", "filled_other",
+    "delivered", "purged", "forgotten", "served", "serve_limited", "gcnote_ids",
+    "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
+};
+
+int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
+    memset(n, 0, sizeof(*n));
+    n->group = cfg->group;
+    n->id = cfg->id;
+    n->inc = cfg->inc;
+    n->deliver_own = cfg->deliver_own;
+    n->fifo = cfg->fifo || cfg->srb_w;
+    n->is_logger = cfg->is_logger;
+    n->no_deliver = cfg->no_deliver;
+    n->srb_w = cfg->srb_w;
+    n->max_gap = cfg->max_gap ? cfg->max_gap : ((uint64_t)1 << 32);
+    n->max_dgram = RP_WIRE_MAX_DGRAM;
+    n->max_scan = cfg->max_scan ? cfg->max_scan : 65536;
+    n->last_slot = RP_NO_SLOT;
+    n->tb_last = INT64_MIN;
+    int rc;
+    if ((rc = rp_mstore_init(&n->store, cfg->store_bytes, cfg->store_entries)))
+        goto fail;
+    if ((rc = rp_out_init(&n->out, cfg->mtu, cfg->group, cfg->id, cfg->inc, 1 << 20)))
+        goto fail;
+    if ((rc = rp_hmap_init(&n->pindex, 64, 0)))
+        goto fail;
+    if ((rc = rp_sigvec_init(&n->hbsig, 64, 0x7270626361737431ULL)))
+        goto fail;
+    n->ctlcap = 64;
+    n->ctl = (rp_ctl_t *)malloc(n->ctlcap * sizeof(rp_ctl_t));
+    n->mv = (rp_msgview_t *)malloc(RP_WIRE_MAX_MSGS * sizeof(rp_msgview_t));
+    n->pcap = 16;
+    n->peers = (rp_peer_t **)calloc(n->pcap, sizeof(rp_peer_t *));
+    if (!n->ctl || !n->mv || !n->peers) {
+        rc = RP_ENOMEM;
+        goto fail;
+    }
+    if (n->srb_w) {
+        n->srbw = (rp_srbw_t *)malloc(sizeof(rp_srbw_t));
+        if (!n->srbw || (rc = rp_srbw_init(n->srbw, 0, n->srb_w))) {
+            free(n->srbw);
+            n->srbw = NULL;
+            rc = rc ? rc : RP_ENOMEM;
+            goto fail;
+        }
+    }
+    return RP_OK;
+fail:
+    rp_node_free(n);
+    return rc;
+}
+
+static void peer_free(rp_peer_t *p) {
+    rp_seqtrack_free(&p->st);
+    rp_iset_free(&p->lmissing);
+    rp_iset_free(&p->inflight);
+    if (p->q) {
+        rp_srbq_free(p->q);
+        free(p->q);
+    }
+    free(p);
+}
+
+void rp_node_free(rp_node_t *n) {
+    for (uint32_t i = 0; i < n->npeers; i++)
+        peer_free(n->peers[i]);
+    free(n->peers);
+    if (n->srbw) {
+        rp_srbw_free(n->srbw);
+        free(n->srbw);
+    }
+    rp_mstore_free(&n->store);
+    rp_out_free(&n->out);
+    rp_hmap_free(&n->pindex);
+    rp_sigvec_free(&n->hbsig);
+    rp_trace_free(&n->trace);
+    free(n->ctl);
+    free(n->mv);
+    memset(n, 0, sizeof(*n));
+}
+
+/* ---- peers ------------------------------------------------------------- */
+
+uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc) {
+    if (n->last_slot != RP_NO_SLOT) {
+        rp_peer_t *p = n->peers[n->last_slot];
+        if (p->id == id && p->inc == inc)
+            return n->last_slot;
+    }
+    uint64_t *v = rp_hmap_get(&n->pindex, ((uint64_t)id << 32) | inc, 0);
+    if (!v)
+        return RP_NO_SLOT;
+    n->last_slot = (uint32_t)*v;
+    return (uint32_t)*v;
+}
+
+int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
+    uint32_t s = rp_node_find_peer(n, id, inc);
+    if (s != RP_NO_SLOT)
+        return s;
+    if (base >= RP_SEQ_LIMIT)
+        return RP_EINVAL;
+    if (n->npeers == n->pcap) {
+        uint32_t nc = n->pcap * 2;
+        rp_peer_t **np = (rp_peer_t **)realloc(n->peers, nc * sizeof(rp_peer_t *));
+        if (!np)
+            return RP_ENOMEM;
+        n->peers = np;
+        n->pcap = nc;
+    }
+    rp_peer_t *p = (rp_peer_t *)calloc(1, sizeof(rp_peer_t));
+    if (!p)
+        return RP_ENOMEM;
+    p->id = id;
+    p->inc = inc;
+    p->slot = n->npeers;
+    p->idle_seq = NONE;
+    p->gossip_cursor = base;
+    p->last_heard = INT64_MIN;
+    if (rp_seqtrack_init(&p->st, base, n->max_gap, 0) || rp_iset_init(&p->lmissing, 4, 0) ||
+        rp_iset_init(&p->inflight, 4, 0))
+        goto fail;
+    if (n->fifo) {
+        p->q = (rp_srbq_t *)malloc(sizeof(rp_srbq_t));
+        if (!p->q || rp_srbq_init(p->q, base, n->srb_w, 256, 0)) {
+            free(p->q);
+            p->q = NULL;
+            goto fail;
+        }
+    }
+    if (rp_hmap_put(&n->pindex, ((uint64_t)id << 32) | inc, 0, p->slot) < 0)
+        goto fail;
+    /* An older incarnation of the same node is dead from now on. */
+    for (uint32_t i = 0; i < n->npeers; i++)
+        if (n->peers[i]->id == id && n->peers[i]->inc < inc)
+            n->peers[i]->dead = 1;
+    n->peers[n->npeers++] = p;
+    return p->slot;
+fail:
+    peer_free(p);
+    return RP_ENOMEM;
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static inline uint8_t *out_msg(rp_node_t *n, uint64_t dest, uint8_t type, uint8_t flags,
+                               uint32_t sender, uint32_t inc, uint32_t aux, uint64_t seq,
+                               size_t body_len) {
+    uint8_t *p = rp_out_msg(&n->out, dest, type, flags, sender, inc, aux, seq, body_len);
+    if (p) {
+        n->msgs_out[type]++;
+        n->bytes_out[type] += RP_MSG_HDR + body_len;
+    }
+    return p;
+}
+
+static void ctl_push(rp_node_t *n, const rp_msgview_t *m, const rp_dghdr_t *h, uint64_t src) {
+    if (n->nctl == n->ctlcap) {
+        size_t nc = n->ctlcap * 2;
+        rp_ctl_t *nb = (rp_ctl_t *)realloc(n->ctl, nc * sizeof(rp_ctl_t));
+        if (!nb)
+            return;             /* dropped like a lost datagram */
+        n->ctl = nb;
+        n->ctlcap = nc;
+    }
+    rp_ctl_t *c = &n->ctl[n->nctl++];
+    c->body = m->body;
+    c->seq = m->seq;
+    c->src_addr = src;
+    c->sender = m->sender;
+    c->inc = m->inc;
+    c->aux = m->aux;
+    c->source = h->source;
+    c->source_inc = h->source_inc;
+    c->len = m->len;
+    c->type = m->type;
+    c->flags = m->flags;
+    n->c[RP_C_CTL_QUEUED]++;
+}
+
+static void note_gap(rp_node_t *n, rp_peer_t *p, uint64_t lo, uint64_t hi, int64_t now) {
+    n->c[RP_C_GAPS]++;
+    n->c[RP_C_GAP_IDS] += hi - lo + 1;
+    n->nack_pending++;
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_GAP, p->id, p->inc, lo, (uint32_t)(hi - lo + 1), 0, 0);
+}
+
+/* The sender is no longer idle once data above its idle heartbeat exists. */
+static inline void not_idle(rp_node_t *n, rp_peer_t *p, uint64_t seq) {
+    if (p->idle_seq != NONE && seq > p->idle_seq) {
+        p->idle_seq = NONE;
+        rp_sigvec_del(&n->hbsig, p->slot + 1);
+    }
+}
+
+/* FIFO-SRB: the sender sent `seq`, so older ids outside its window that we
+ * still miss were purged. */
+static void srb_infer(rp_node_t *n, rp_peer_t *p, uint64_t seq, int64_t now) {
+    uint64_t lo, hi;
+    if (!n->srb_w || !p->q)
+        return;
+    int64_t k = rp_srbq_infer(p->q, seq, &lo, &hi);
+    if (k > 0) {
+        int64_t f = rp_seqtrack_forget(&p->st, lo, hi);
+        rp_iset_remove(&p->lmissing, lo, hi);
+        rp_iset_remove(&p->inflight, lo, hi);
+        if (f > 0) {
+            n->c[RP_C_FORGOTTEN] += (uint64_t)f;
+            if (n->tracing)
+                rp_trace(&n->trace, now, RP_EV_LOST, p->id, p->inc, lo, (uint32_t)f, 0, 1);
+        }
+    }
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
+                    int64_t now) {
+    if (m->sender == n->id && m->inc == n->inc) {
+        n->c[RP_C_RX_DUP]++;
+        return;
+    }
+    uint32_t slot = rp_node_find_peer(n, m->sender, m->inc);
+    if (RP_UNLIKELY(slot == RP_NO_SLOT)) {
+        int64_t s = rp_node_peer(n, m->sender, m->inc, 0);
+        if (s < 0)
+            return;
+        slot = (uint32_t)s;
+    }
+    rp_peer_t *p = n->peers[slot];
+    p->last_heard = now;
+    uint64_t lo, hi;
+    int a = rp_seqtrack_accept(&p->st, m->seq, &lo, &hi);
+    if (a == RP_ACC_DUP) {
+        n->c[RP_C_RX_DUP]++;
+        p->rx_dup++;
+        if (n->tracing)
+            rp_trace(&n->trace, now, RP_EV_RECV_DUP, p->id, p->inc, m->seq, m->len, src,
+                     is_repair ? 2 : 0);
+        return;
+    }
+    if (a == RP_ACC_FAR) {
+        n->c[RP_C_RX_FAR]++;
+        return;
+    }
+    if (a == RP_ACC_NOMEM) {
+        n->c[RP_C_RX_DROPPED_FULL]++;
+        return;
+    }
+    uint64_t label = RP_SRB_NOLABEL;
+    const uint8_t *payload = m->body;
+    uint32_t plen = m->len;
+    if (m->flags & RP_MF_LABEL) {
+        label = rp_ld64(m->body);
+        payload += 8;
+        plen -= 8;
+    }
+    if (!is_repair)
+        p->addr = src;
+    if (a == RP_ACC_NEW && lo <= hi)
+        note_gap(n, p, lo, hi, now);       /* whatever happens to this one */
+    if (n->log) {
+        /* The log is the logger's record of truth: append first; the store
+         * is only a cache for serving recent repairs. */
+        int lr = rp_log_append(n->log, p->id, p->inc, m->seq, label, now, payload, plen);
+        if (lr < 0) {
+            rp_iset_add(&p->st.missing, m->seq, m->seq);
+            n->c[RP_C_LOG_ERRORS]++;
+            return;
+        }
+        n->c[RP_C_LOGGED]++;
+    }
+    uint32_t holds = RP_MS_GOSSIP;
+    if (!n->no_deliver)
+        holds |= n->fifo ? RP_MS_QUEUE : RP_MS_DELIVER;
+    int64_t t = rp_mstore_put(&n->store, slot, m->seq, label, now, n->round, holds,
+                              RP_MS_GOSSIP, payload, plen);
+    if (RP_UNLIKELY(t < 0 && n->log)) {
+        t = -1;                 /* logged; just not cached */
+    } else if (RP_UNLIKELY(t < 0)) {
+        /* No room (the application is not consuming): treat as lost; it
+         * is repaired later.  The id becomes missing again. */
+        rp_iset_add(&p->st.missing, m->seq, m->seq);
+        n->c[RP_C_RX_DROPPED_FULL]++;
+        n->nack_pending++;
+        return;
+    }
+    if (a == RP_ACC_NEW) {
+        n->c[RP_C_RX_NEW]++;
+        p->rx_new++;
+        not_idle(n, p, m->seq);
+    } else {
+        n->c[RP_C_RX_FILL]++;
+        p->rx_fill++;
+        rp_iset_remove(&p->lmissing, m->seq, m->seq);
+        rp_iset_remove(&p->inflight, m->seq, m->seq);
+        if (!is_repair)
+            n->c[RP_C_FILLED_OTHER]++;
+        else if (m->flags & RP_MF_FROM_LOGGER)
+            n->c[RP_C_REPAIRS_LOGGER]++;
+        else
+            n->c[RP_C_REPAIRS_PEER]++;
+    }
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_RECV, p->id, p->inc, m->seq, plen, src,
+                 (a == RP_ACC_FILL ? 1u : 0u) | (is_repair ? 2u : 0u) |
+                 ((m->flags & RP_MF_FROM_LOGGER) && is_repair ? 4u : 0u));
+    if (p->q && t >= 0 && !n->no_deliver) {
+        uint64_t ph = 0, ps = 0;
+        int r = rp_srbq_insert(p->q, m->seq, label, (uint64_t)t, &ph, &ps);
+        if (r == RP_SQ_R_OBSOLETE || r == RP_SQ_R_OLD || r < 0) {
+            rp_mstore_release(&n->store, (uint64_t)t, RP_MS_QUEUE);
+            if (r == RP_SQ_R_OBSOLETE) {
+                n->c[RP_C_PURGED]++;
+                if (n->tracing)
+                    rp_trace(&n->trace, now, RP_EV_PURGE, p->id, p->inc, m->seq, 0, 0, 0);
+            }
+        } else if (r & RP_SQ_R_PURGED_OLDER) {
+            rp_mstore_release(&n->store, ph, RP_MS_QUEUE);
+            n->c[RP_C_PURGED]++;
+            if (n->tracing)
+                rp_trace(&n->trace, now, RP_EV_PURGE, p->id, p->inc, ps, 0, 0, 0);
+        }
+    }
+    if (p->q)
+        srb_infer(n, p, m->seq, now);
+}
+
+int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p)
+        return RP_EINVAL;
+    uint64_t lo, hi;
+    int64_t r = rp_seqtrack_heartbeat(&p->st, seq, &lo, &hi);
+    if (r == -RP_ACC_FAR) {
+        n->c[RP_C_RX_FAR]++;
+        return 0;
+    }
+    if (r > 0)
+        note_gap(n, p, lo, hi, now);
+    if (idle && seq + 1 >= p->st.next && (p->idle_seq == NONE || seq > p->idle_seq)) {
+        p->idle_seq = seq;
+        rp_sigvec_set(&n->hbsig, slot + 1, p->id, p->inc, seq);
+    }
+    if (p->q)
+        srb_infer(n, p, seq, now);
+    return r > 0 ? r : 0;
+}
+
+static void rx_heartbeat(rp_node_t *n, const rp_msgview_t *m, int64_t now) {
+    if (m->sender == n->id && m->inc == n->inc)
+        return;
+    n->c[RP_C_HB_IN]++;
+    uint32_t slot = rp_node_find_peer(n, m->sender, m->inc);
+    if (slot == RP_NO_SLOT) {
+        uint64_t base = (m->flags & RP_MF_FIRST) ? rp_ld64(m->body) : 0;
+        int64_t s = rp_node_peer(n, m->sender, m->inc, base < RP_SEQ_LIMIT ? base : 0);
+        if (s < 0)
+            return;
+        slot = (uint32_t)s;
+    }
+    n->peers[slot]->last_heard = now;
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_HEARTBEAT, m->sender, m->inc, m->seq, 0, 0, 1);
+    rp_node_heartbeat(n, slot, m->seq, m->flags & RP_MF_IDLE, now);
+}
+
+int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64_t now) {
+    rp_dghdr_t h;
+    n->c[RP_C_RX_DGRAMS]++;
+    int r = rp_wire_parse(buf, len, n->max_dgram, &h, n->mv, RP_WIRE_MAX_MSGS);
+    if (RP_UNLIKELY(r != RP_WR_OK)) {
+        n->rx_reason[r]++;
+        n->c[RP_C_RX_BAD]++;
+        return r;
+    }
+    if (RP_UNLIKELY(h.group != n->group)) {
+        n->rx_reason[RP_WR_GROUP]++;
+        n->c[RP_C_RX_BAD]++;
+        return RP_WR_GROUP;
+    }
+    if (h.source == n->id && h.source_inc == n->inc) {
+        n->c[RP_C_RX_OWN]++;
+        return RP_WR_OK;
+    }
+    for (size_t i = 0; i < h.count; i++) {
+        const rp_msgview_t *m = &n->mv[i];
+        n->msgs_in[m->type]++;
+        n->bytes_in[m->type] += RP_MSG_HDR + m->len;
+        switch (m->type) {
+        case RP_T_DATA:
+            rx_data(n, m, 0, src, now);
+            break;
+        case RP_T_REPAIR:
+            rx_data(n, m, 1, src, now);
+            break;
+        case RP_T_HEARTBEAT:
+            rx_heartbeat(n, m, now);
+            break;
+        case RP_T_PAD:
+            break;
+        default:
+            ctl_push(n, m, &h, src);
+        }
+    }
+    return RP_WR_OK;
+}
+
+/* ---- send -------------------------------------------------------------- */
+
+int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
+                        int64_t now) {
+    size_t body = len + (label != RP_SRB_NOLABEL ? 8 : 0);
+    if (body + RP_DG_HDR + RP_MSG_HDR > n->out.mtu)
+        return RP_EINVAL;
+    if (n->srbw && !rp_srbw_can_send(n->srbw))
+        return RP_EFULL;
+    uint64_t seq = n->next_seq;
+    uint32_t holds = RP_MS_GOSSIP | RP_MS_SEND | (n->deliver_own ? RP_MS_DELIVER : 0) |
+                     (n->srbw ? RP_MS_SRB : 0);
+    int64_t t = rp_mstore_put(&n->store, RP_SELF_SLOT, seq, label, now, n->round, holds,
+                              RP_MS_GOSSIP, payload, len);
+    if (t < 0)
+        return RP_EFULL;
+    uint8_t *p = out_msg(n, RP_DEST_MCAST, RP_T_DATA, label != RP_SRB_NOLABEL ? RP_MF_LABEL : 0,
+                         n->id, n->inc, 0, seq, body);
+    if (!p) {
+        rp_mstore_release(&n->store, (uint64_t)t, 0xFFFFFFFFu);
+        return RP_ENOMEM;
+    }
+    if (label != RP_SRB_NOLABEL) {
+        rp_st64(p, label);
+        p += 8;
+    }
+    if (len)
+        memcpy(p, payload, len);
+    if (n->srbw)
+        rp_srbw_sent(n->srbw, label, (uint64_t)t);
+    n->next_seq++;
+    n->last_publish = now;
+    n->c[RP_C_SENT]++;
+    rp_sigvec_del(&n->hbsig, 0);     /* no longer idle */
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_SEND, n->id, n->inc, seq, len, 0, 0);
+    return (int64_t)seq;
+}
+
+size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
+                             const uint64_t *labels, size_t count, int64_t now) {
+    size_t off = 0, k;
+    for (k = 0; k < count; k++) {
+        int64_t r = rp_node_publish(n, payloads + off, lens[k], labels ? labels[k] : RP_SRB_NOLABEL,
+                                    now);
+        if (r < 0)
+            break;
+        off += lens[k];
+    }
+    return k;
+}
+
+int rp_node_send_heartbeat(rp_node_t *n, int idle) {
+    if (n->next_seq == 0)
+        return 0;                   /* nothing sent yet: nothing to announce */
+    uint8_t *p = out_msg(n, RP_DEST_MCAST, RP_T_HEARTBEAT, idle ? RP_MF_IDLE : 0, n->id, n->inc,
+                         0, n->next_seq - 1, 0);
+    if (!p)
+        return RP_ENOMEM;
+    if (idle)
+        rp_sigvec_set(&n->hbsig, 0, n->id, n->inc, n->next_seq - 1);
+    return 1;
+}
+
+uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto) {
+    if (upto > n->next_seq)
+        upto = n->next_seq;
+    uint64_t k = 0;
+    for (uint64_t s = n->acked; s < upto; s++) {
+        int64_t t = rp_mstore_find(&n->store, RP_SELF_SLOT, s);
+        if (t >= 0) {
+            rp_mstore_release(&n->store, (uint64_t)t, RP_MS_SEND);
+            k++;
+        }
+    }
+    if (upto > n->acked)
+        n->acked = upto;
+    return k;
+}
+
+/* ---- repair ------------------------------------------------------------ */
+
+void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst) {
+    n->tb_rate = rate > 0 ? rate : 0;
+    n->tb_burst = burst > 1 ? burst : 1;
+    n->tb_tokens = n->tb_burst;
+}
+
+static void tb_refill(rp_node_t *n, int64_t now) {
+    if (n->tb_rate <= 0)
+        return;
+    if (n->tb_last != INT64_MIN && now > n->tb_last) {
+        n->tb_tokens += (double)(now - n->tb_last) * 1e-9 * n->tb_rate;
+        if (n->tb_tokens > n->tb_burst)
+            n->tb_tokens = n->tb_burst;
+    }
+    n->tb_last = now;
+}
+
+static int emit_repair(rp_node_t *n, uint64_t ticket, uint32_t sender, uint32_t inc,
+                       uint64_t dest, int from_logger) {
+    rp_msent_t *e = rp_mstore_entry(&n->store, ticket);
+    int lab = e->label != RP_SRB_NOLABEL;
+    uint8_t fl = (lab ? RP_MF_LABEL : 0) | (from_logger ? RP_MF_FROM_LOGGER : 0);
+    uint8_t *p = out_msg(n, dest, RP_T_REPAIR, fl, sender, inc, 0, e->seq, e->len + (lab ? 8 : 0));
+    if (!p)
+        return -1;
+    if (lab) {
+        rp_st64(p, e->label);
+        p += 8;
+    }
+    if (e->len)
+        memcpy(p, rp_mstore_data(&n->store, e), e->len);
+    return 0;
+}
+
+size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
+                     uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now) {
+    uint32_t slot;
+    rp_peer_t *p = NULL;
+    if (sender == n->id && inc == n->inc) {
+        slot = RP_SELF_SLOT;
+    } else {
+        slot = rp_node_find_peer(n, sender, inc);
+        if (slot == RP_NO_SLOT)
+            return 0;               /* never heard of it: nothing to say */
+        p = n->peers[slot];
+    }
+    tb_refill(n, now);
+    size_t served = 0, scanned = 0, limited = 0;
+    uint64_t gc = 0;
+    for (size_t k = 0; k < niv && scanned < n->max_scan; k++) {
+        for (uint64_t id = iv[k].lo; id <= iv[k].hi && scanned < n->max_scan; id++) {
+            scanned++;
+            int64_t t = rp_mstore_find(&n->store, slot, id);
+            if (t >= 0) {
+                if (n->tb_rate > 0) {
+                    if (n->tb_tokens < 1.0) {
+                        limited++;
+                        continue;
+                    }
+                    n->tb_tokens -= 1.0;
+                }
+                if (emit_repair(n, (uint64_t)t, sender, inc, dest, from_logger) == 0) {
+                    served++;
+                    if (n->tracing)
+                        rp_trace(&n->trace, now, RP_EV_RTX_SERVED, sender, inc, id,
+                                 rp_mstore_entry(&n->store, (uint64_t)t)->len, dest,
+                                 from_logger ? 1 : 0);
+                }
+            } else if (n->log && rp_log_has(n->log, sender, inc, id)) {
+                if (n->tb_rate > 0) {
+                    if (n->tb_tokens < 1.0) {
+                        limited++;
+                        continue;
+                    }
+                    n->tb_tokens -= 1.0;
+                }
+                const uint8_t *pl;
+                uint64_t label;
+                long plen = rp_log_read(n->log, sender, inc, id, &pl, &label);
+                if (plen < 0) {
+                    n->c[RP_C_LOG_ERRORS]++;
+                    continue;
+                }
+                int lab = label != RP_SRB_NOLABEL;
+                uint8_t *o = out_msg(n, dest, RP_T_REPAIR,
+                                     (lab ? RP_MF_LABEL : 0) | RP_MF_FROM_LOGGER, sender, inc, 0,
+                                     id, (size_t)plen + (lab ? 8 : 0));
+                if (o) {
+                    if (lab) {
+                        rp_st64(o, label);
+                        o += 8;
+                    }
+                    if (plen)
+                        memcpy(o, pl, (size_t)plen);
+                    served++;
+                    n->c[RP_C_SERVED_FROM_LOG]++;
+                    if (n->tracing)
+                        rp_trace(&n->trace, now, RP_EV_RTX_SERVED, sender, inc, id,
+                                 (uint32_t)plen, dest, 1);
+                }
+            } else if (gc_out && !n->log) {
+                int had = p ? rp_seqtrack_received(&p->st, id) : id < n->next_seq;
+                if (had && rp_iset_add(gc_out, id, id) > 0)
+                    gc++;
+            }
+            if (id == UINT64_MAX)
+                break;
+        }
+    }
+    n->c[RP_C_SERVED] += served;
+    n->c[RP_C_SERVE_LIMITED] += limited;
+    n->c[RP_C_GCNOTE_IDS] += gc;
+    return served;
+}
+
+/* out = (a ∩ [from, upto]) minus b, for sorted disjoint interval lists. */
+static size_t diff_clip(const rp_iset_t *a, const rp_iset_t *b, uint64_t from, uint64_t upto,
+                        rp_ival_t *out, size_t max) {
+    size_t k = 0;
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < a->n && k < max; i++) {
+        uint64_t lo = a->v[i].lo < from ? from : a->v[i].lo;
+        uint64_t hi = a->v[i].hi > upto ? upto : a->v[i].hi;
+        if (a->v[i].hi < from)
+            continue;
+        if (a->v[i].lo > upto)
+            break;
+        while (b && j < b->n && b->v[j].hi < lo)
+            j++;
+        uint64_t cur = lo;
+        uint32_t jj = j;
+        while (b && jj < b->n && b->v[jj].lo <= hi && k < max) {
+            if (b->v[jj].lo > cur) {
+                out[k].lo = cur;
+                out[k].hi = b->v[jj].lo - 1;
+                k++;
+            }
+            if (b->v[jj].hi >= hi) {
+                cur = hi + 1;
+                goto next;
+            }
+            cur = b->v[jj].hi + 1;
+            jj++;
+        }
+        if (cur <= hi && k < max) {
+            out[k].lo = cur;
+            out[k].hi = hi;
+            k++;
+        }
+    next:;
+    }
+    return k;
+}
+
+size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t from, uint64_t upto,
+                       rp_ival_t *out, size_t max) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || upto < from)
+        return 0;
+    switch (phase) {
+    case 0:
+        return diff_clip(&p->st.missing, &p->lmissing, from, upto, out, max);
+    case 1:
+        return diff_clip(&p->lmissing, NULL, from, upto, out, max);
+    case 2:
+        return diff_clip(&p->st.missing, NULL, from, upto, out, max);
+    default: {
+        /* Gossip phase not yet asked for since the last full round. */
+        size_t k = diff_clip(&p->st.missing, &p->lmissing, from, upto, out, max);
+        if (!k || !p->inflight.n)
+            return k;
+        rp_iset_t tmp;
+        if (rp_iset_init(&tmp, (uint32_t)k, 0))
+            return k;
+        for (size_t i = 0; i < k; i++)
+            rp_iset_add(&tmp, out[i].lo, out[i].hi);
+        k = diff_clip(&tmp, &p->inflight, from, upto, out, max);
+        rp_iset_free(&tmp);
+        return k;
+    }
+    }
+}
+
+int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || lo > hi)
+        return 0;
+    int64_t moved = 0;
+    const rp_iset_t *m = &p->st.missing;
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (m->v[i].hi < lo)
+            continue;
+        if (m->v[i].lo > hi)
+            break;
+        uint64_t a = m->v[i].lo < lo ? lo : m->v[i].lo;
+        uint64_t b = m->v[i].hi > hi ? hi : m->v[i].hi;
+        int64_t r = rp_iset_add(&p->lmissing, a, b);
+        if (r > 0)
+            moved += r;
+    }
+    n->c[RP_C_TO_LOGGER_IDS] += (uint64_t)moved;
+    return moved;
+}
+
+int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || lo > hi)
+        return 0;
+    int64_t k = rp_seqtrack_forget(&p->st, lo, hi);
+    rp_iset_remove(&p->lmissing, lo, hi);
+    rp_iset_remove(&p->inflight, lo, hi);
+    if (p->q) {
+        /* Let FIFO delivery move past what will never come. */
+        uint64_t a = lo < p->q->head ? p->q->head : lo;
+        uint64_t b = hi < p->st.next ? hi : p->st.next - 1;
+        for (uint64_t s = a; p->st.next && s <= b; s++)
+            rp_srbq_mark_purged(p->q, s);
+    }
+    if (k > 0) {
+        n->c[RP_C_FORGOTTEN] += (uint64_t)k;
+    }
+    return k;
+}
+
+uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes) {
+    n->round++;
+    return rp_mstore_gc(&n->store, n->round - gclimit, max_bytes);
+}
+
+/* ---- delivery ---------------------------------------------------------- */
+
+/* Head of a FIFO queue if it can be delivered now (purged slots at the head
+ * are skipped, without changing the queue). */
+static int q_peek(const rp_srbq_t *q, uint64_t *handle) {
+    for (uint64_t s = q->head; s < q->tail; s++) {
+        const rp_srbq_slot_t *sl = &q->ring[s & (q->cap - 1)];
+        if (sl->state == RP_SQ_QUEUED) {
+            *handle = sl->handle;
+            return 1;
+        }
+        if (sl->state != RP_SQ_PURGED)
+            return 0;
+    }
+    return 0;
+}
+
+static inline void deliver_one(rp_node_t *n, rp_msent_t *e, size_t k, uint32_t *senders,
+                               uint32_t *incs, uint64_t *seqs, uint64_t *labels,
+                               int64_t *rx_times, uint32_t *offs, uint32_t *lens, uint8_t *buf,
+                               size_t used, int64_t now) {
+    uint32_t id, inc;
+    if (e->sender == RP_SELF_SLOT) {
+        id = n->id;
+        inc = n->inc;
+    } else {
+        id = n->peers[e->sender]->id;
+        inc = n->peers[e->sender]->inc;
+    }
+    senders[k] = id;
+    incs[k] = inc;
+    seqs[k] = e->seq;
+    if (labels)
+        labels[k] = e->label;
+    if (rx_times)
+        rx_times[k] = e->t;
+    offs[k] = (uint32_t)used;
+    lens[k] = e->len;
+    if (e->len)
+        memcpy(buf + used, rp_mstore_data(&n->store, e), e->len);
+    n->c[RP_C_DELIVERED]++;
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_DELIVER, id, inc, e->seq, e->len, 0, 0);
+}
+
+size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
+                    uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                    uint8_t *buf, size_t cap, int64_t now) {
+    size_t k = 0, used = 0;
+    rp_mstore_t *st = &n->store;
+    if (!n->fifo) {
+        uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
+        for (; c < st->head && k < max; c++) {
+            rp_msent_t *e = rp_mstore_entry(st, c);
+            if (!(e->holds & RP_MS_DELIVER))
+                continue;
+            if (used + e->len > cap)
+                break;
+            deliver_one(n, e, k, senders, incs, seqs, labels, rx_times, offs, lens, buf, used, now);
+            used += e->len;
+            e->holds &= ~(uint32_t)RP_MS_DELIVER;
+            k++;
+        }
+        st->deliver_cursor = c;
+        rp_mstore_release(st, st->tail, 0);     /* reclaim what is now idle */
+        return k;
+    }
+    /* FIFO: round robin over senders, each in its own seq order. */
+    int progress = 1;
+    while (k < max && progress) {
+        progress = 0;
+        for (uint32_t i = 0; i < n->npeers && k < max; i++) {
+            rp_srbq_t *q = n->peers[i]->q;
+            uint64_t h, s;
+            if (!q || !q_peek(q, &h))
+                continue;
+            rp_msent_t *e = rp_mstore_entry(st, h);
+            if (used + e->len > cap)
+                goto done;
+            rp_srbq_pop(q, &h, &s, 1);
+            deliver_one(n, e, k, senders, incs, seqs, labels, rx_times, offs, lens, buf, used, now);
+            used += e->len;
+            e->holds &= ~(uint32_t)RP_MS_QUEUE;
+            k++;
+            progress = 1;
+        }
+    }
+done:
+    rp_mstore_release(st, st->tail, 0);
+    return k;
+}
+
+uint64_t rp_node_pending(const rp_node_t *n) {
+    if (!n->fifo) {
+        const rp_mstore_t *st = &n->store;
+        uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
+        return st->head - c;
+    }
+    uint64_t k = 0;
+    for (uint32_t i = 0; i < n->npeers; i++)
+        if (n->peers[i]->q)
+            k += rp_srbq_pending(n->peers[i]->q);
+    return k;
+}

@@ -1,0 +1,238 @@
+/* The data plane of one rpbcast node: everything that happens per message.
+ *
+ * It receives whole datagrams and handles DATA, REPAIR, HEARTBEAT and PAD
+ * itself: gap detection on a per-sender tracker, storing the payload once in
+ * the message store (for the application and for the gossip buffer), FIFO /
+ * FIFO-SRB queues, counters and trace events.  Every other message type is
+ * queued, undecoded, for the control plane (rpbcast/engine.py), which runs
+ * once per control message rather than once per data message.  The control
+ * plane calls back in here for the per-message parts of its work: serving a
+ * gossip's missing ids from the store, building missing-set digests, moving
+ * ids to the logger phase, releasing the send buffer on logger ACKs.
+ *
+ * No sockets, no clock, no threads: time is passed in (int64 ns) and output
+ * goes to an outbox the driver drains.
+ */
+#ifndef RP_NODE_H
+#define RP_NODE_H
+
+#include "logstore.h"
+#include "msgstore.h"
+#include "outbox.h"
+#include "seqtrack.h"
+#include "signature.h"
+#include "srb.h"
+#include "trace.h"
+#include "wire.h"
+
+#define RP_SELF_SLOT 0xFFFFFFFEu
+#define RP_NO_SLOT   0xFFFFFFFFu
+
+/* Counters (rp_node_t.c[]).  Names in rp_node_counter_names. */
+enum {
+    RP_C_SENT = 0,         /* DATA published by this node */
+    RP_C_RX_DGRAMS,        /* datagrams received (any) */
+    RP_C_RX_BAD,           /* datagrams rejected (sum of rx_reason) */
+    RP_C_RX_OWN,           /* own multicast looped back */
+    RP_C_RX_NEW,           /* data first received in order or ahead */
+    RP_C_RX_FILL,          /* data first received filling a gap */
+    RP_C_RX_DUP,           /* data received again */
+    RP_C_RX_FAR,           /* data or heartbeat too far ahead: rejected */
+    RP_C_RX_DROPPED_FULL,  /* data dropped: store full of undelivered data */
+    RP_C_GAPS,             /* gaps detected */
+    RP_C_GAP_IDS,          /* ids that became missing */
+    RP_C_REPAIRS_PEER,     /* gaps filled by a REPAIR from a peer */
+    RP_C_REPAIRS_LOGGER,   /* gaps filled by a REPAIR from a logger */
+    RP_C_FILLED_OTHER,     /* gaps filled by a late DATA */
+    RP_C_DELIVERED,        /* handed to the application */
+    RP_C_PURGED,           /* dropped as obsolete (FIFO-SRB) */
+    RP_C_FORGOTTEN,        /* missing ids given up (lost / purged / unwanted) */
+    RP_C_SERVED,           /* REPAIRs sent by this node */
+    RP_C_SERVE_LIMITED,    /* repairs not sent because of the rate limit */
+    RP_C_GCNOTE_IDS,       /* ids answered with a GcNOTE */
+    RP_C_TO_LOGGER_IDS,    /* ids moved to the logger phase */
+    RP_C_CTL_QUEUED,       /* control messages handed to the control plane */
+    RP_C_HB_IN,            /* heartbeats received */
+    RP_C_LOGGED,           /* logger: records appended to the log */
+    RP_C_LOG_ERRORS,       /* logger: appends or reads that failed */
+    RP_C_SERVED_FROM_LOG,  /* logger: repairs read back from disk */
+    RP_C__COUNT
+};
+
+extern const char *const rp_node_counter_names[RP_C__COUNT];
+
+/* One sender incarnation as seen by this node. */
+typedef struct {
+    uint32_t id, inc;
+    uint32_t slot;
+    rp_seqtrack_t st;
+    rp_iset_t lmissing;        /* logger-phase subset of st.missing */
+    rp_iset_t inflight;        /* gossip-phase ids asked for since the last full round */
+    uint64_t idle_seq;         /* UINT64_MAX unless known idle at idle_seq */
+    uint64_t gossip_cursor;    /* where the next digest starts (rotation) */
+    int64_t last_heard;        /* ns */
+    uint64_t addr;             /* where its DATA comes from (its unicast address) */
+    rp_srbq_t *q;              /* FIFO / FIFO-SRB queue, or NULL */
+    uint8_t dead;              /* a newer incarnation of this id exists */
+    uint64_t rx_new, rx_fill, rx_dup;
+} rp_peer_t;
+
+/* A control message waiting for the control plane; body points into the
+ * received datagram, valid until the next rp_node_rx call. */
+typedef struct {
+    const uint8_t *body;
+    uint64_t seq;
+    uint64_t src_addr;
+    uint32_t sender, inc, aux;
+    uint32_t source, source_inc;   /* node that sent the datagram */
+    uint16_t len;
+    uint8_t type, flags;
+} rp_ctl_t;
+
+typedef struct {
+    /* identity */
+    uint32_t group, id, inc;
+    /* behaviour switches */
+    uint8_t deliver_own;       /* deliver own messages to self */
+    uint8_t fifo;              /* per-sender FIFO delivery (queues) */
+    uint8_t is_logger;
+    uint8_t tracing;
+    uint8_t no_deliver;        /* a dedicated logger: nothing for an application */
+    uint64_t srb_w;            /* FIFO-SRB window of senders (0 = off) */
+    uint64_t max_gap;
+    size_t max_dgram;          /* largest datagram accepted */
+    uint32_t max_scan;         /* ids examined per served gossip section */
+    /* own stream */
+    uint64_t next_seq;
+    uint64_t acked;            /* every own seq < acked is logged */
+    int64_t last_publish;
+    rp_srbw_t *srbw;
+    /* peers */
+    rp_peer_t **peers;
+    uint32_t npeers, pcap;
+    rp_hmap_t pindex;          /* (id, inc) -> slot */
+    uint32_t last_slot;        /* cache for runs of one sender */
+    rp_sigvec_t hbsig;         /* idle heartbeat signature; slot 0 = self */
+    /* storage and output */
+    rp_mstore_t store;
+    uint32_t round;            /* gossip round: the store age unit */
+    rp_outbox_t out;
+    /* control queue */
+    rp_ctl_t *ctl;
+    size_t nctl, ctlcap;
+    /* gap detected since the control plane last looked */
+    uint32_t nack_pending;
+    /* repair rate limit: token bucket (repairs), 0 rate = unlimited */
+    double tb_rate, tb_burst, tb_tokens;
+    int64_t tb_last;
+    /* counters */
+    uint64_t c[RP_C__COUNT];
+    uint64_t rx_reason[RP_WR__COUNT];
+    uint64_t msgs_in[RP_T__COUNT], bytes_in[RP_T__COUNT];
+    uint64_t msgs_out[RP_T__COUNT], bytes_out[RP_T__COUNT];
+    /* scratch for parsing */
+    rp_msgview_t *mv;
+    rp_trace_t trace;
+    /* a logger's log (owned by the caller), or NULL */
+    rp_log_t *log;
+} rp_node_t;
+
+typedef struct {
+    uint32_t group, id, inc;
+    uint32_t mtu;              /* outgoing datagram size */
+    uint64_t store_bytes;      /* message store arena */
+    uint64_t store_entries;
+    uint64_t max_gap;
+    uint64_t srb_w;
+    uint32_t max_scan;
+    uint8_t deliver_own, fifo, is_logger, no_deliver;
+} rp_node_cfg_t;
+
+int  rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg);
+void rp_node_free(rp_node_t *n);
+
+/* ---- peers ------------------------------------------------------------- */
+
+/* Slot of (id, inc), or RP_NO_SLOT. */
+uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc);
+/* Find or create with the given base (first seq this node wants). */
+int64_t  rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base);
+RP_INLINE rp_peer_t *rp_node_peer_at(rp_node_t *n, uint32_t slot) {
+    return slot < n->npeers ? n->peers[slot] : NULL;
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+/* Process one datagram.  Returns the decoder reason (0 = accepted). */
+int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src_addr, int64_t now);
+
+/* A heartbeat for peer slot (from a HEARTBEAT or a heartbeat list).  idle:
+ * the sender announced it is idle at seq.  Returns ids newly missing. */
+int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now);
+
+RP_INLINE void rp_node_ctl_clear(rp_node_t *n) { n->nctl = 0; }
+
+/* ---- send -------------------------------------------------------------- */
+
+/* Publish one message: assigns the next seq, stores it (send buffer and
+ * gossip buffer), queues a DATA multicast.  Returns the seq, or RP_EFULL
+ * when the send buffer is full of unacknowledged data or the FIFO-SRB
+ * window is closed (back-pressure), RP_EINVAL if too large. */
+int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
+                        int64_t now);
+
+/* Publish count messages laid out back to back in payloads (lens[i] each,
+ * labels may be NULL).  Returns how many were published (stops at the
+ * first back-pressure). */
+size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
+                             const uint64_t *labels, size_t count, int64_t now);
+
+/* Queue a multicast HEARTBEAT for the own stream (idle flag as given). */
+int rp_node_send_heartbeat(rp_node_t *n, int idle);
+
+/* A logger acknowledged every own seq < upto: release the send buffer. */
+uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto);
+
+/* ---- repair ------------------------------------------------------------ */
+
+/* Serve a request for ids [iv] of (sender, inc) to dest: REPAIR for what the
+ * store holds; ids received here but no longer stored are added to gc_out
+ * (the GcNOTE to send back).  At most max_scan ids are examined and the
+ * repair rate limit applies.  from_logger marks the repairs.  Returns
+ * repairs queued. */
+size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
+                     uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now);
+
+/* Missing ids of a peer in the given phase as intervals into out (at most
+ * max), clipped to [from, upto].  phase 0: gossip phase (missing minus
+ * logger phase); 1: logger phase; 2: both.  Returns intervals written. */
+size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t from, uint64_t upto,
+                       rp_ival_t *out, size_t max);
+
+/* Move [lo, hi] ∩ missing of a peer to the logger phase (a GcNOTE).
+ * Returns ids moved. */
+int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
+
+/* Give up on [lo, hi] of a peer (lost, purged, or not wanted any more). */
+int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
+
+/* Gossip-round tick: age the gossip buffer (drop entries older than
+ * gclimit rounds, and beyond max_bytes). */
+uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes);
+
+/* Repair rate limit (§7.1): rate repairs/s, burst tokens; rate 0 = none. */
+void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst);
+
+/* ---- delivery ---------------------------------------------------------- */
+
+/* Hand up to max messages to the application: ids and payload offsets go to
+ * the arrays, payload bytes back to back into buf (cap bytes).  Stops early
+ * when buf is full.  Returns the number delivered. */
+size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
+                    uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                    uint8_t *buf, size_t cap, int64_t now);
+
+/* Number of messages waiting for the application (upper bound). */
+uint64_t rp_node_pending(const rp_node_t *n);
+
+#endif

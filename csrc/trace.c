@@ -1,0 +1,30 @@
+#include "trace.h"
+
+#include <stdlib.h>
+
+int rp_trace_init(rp_trace_t *tr, size_t cap) {
+    memset(tr, 0, sizeof(*tr));
+    if (!cap)
+        return RP_OK;
+    tr->t = (int64_t *)malloc(cap * sizeof(int64_t));
+    tr->ev = (uint8_t *)malloc(cap);
+    tr->sender = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    tr->inc = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    tr->size = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    tr->aux = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    tr->seq = (uint64_t *)malloc(cap * sizeof(uint64_t));
+    tr->peer = (uint64_t *)malloc(cap * sizeof(uint64_t));
+    if (!tr->t || !tr->ev || !tr->sender || !tr->inc || !tr->size || !tr->aux || !tr->seq ||
+        !tr->peer) {
+        rp_trace_free(tr);
+        return RP_ENOMEM;
+    }
+    tr->cap = cap;
+    return RP_OK;
+}
+
+void rp_trace_free(rp_trace_t *tr) {
+    free(tr->t); free(tr->ev); free(tr->sender); free(tr->inc);
+    free(tr->size); free(tr->aux); free(tr->seq); free(tr->peer);
+    memset(tr, 0, sizeof(*tr));
+}

@@ -1,0 +1,162 @@
+"""Node configuration: one dataclass, validated, loadable from TOML.
+
+Every check raises ``ConfigError`` with a sentence that says what to change.
+Durations are in seconds here; the engine converts them to integer
+nanoseconds.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work; the message says what to fix."""
+
+
+ROLES = ("member", "logger")
+SELECTIONS = ("uniform", "linear", "quadratic")
+DELIVERY = ("unordered", "fifo")
+FSYNC = ("always", "interval", "never")
+
+
+@dataclass
+class MemberSpec:
+    """A member known from configuration (static membership)."""
+
+    node_id: int
+    addr: int                 # opaque address understood by the transport
+    role: str = "member"
+    rank: int = -1            # GSGC member index; -1 = assigned by order
+
+
+@dataclass
+class Config:
+    # identity
+    group: int = 1
+    node_id: int = 1
+    incarnation: Optional[int] = None    # None: derived at start (persisted counter or clock)
+    role: str = "member"
+    addr: int = 0                         # this node's unicast address (opaque)
+
+    # membership: static list (may be empty when joining dynamically)
+    members: list = field(default_factory=list)
+    join: bool = False                    # run the join protocol (§5.3) at start
+    sponsors: int = 2                     # k sponsors to become a member
+    join_interval: float = 0.05
+    member_timeout: float = 10.0          # not heard from for this long: not a gossip target
+    catch_up: bool = False                # late joiner: fetch history from loggers (base 0)
+
+    # data path
+    mtu: int = 1472                       # largest datagram we send
+    store_bytes: int = 64 << 20           # message store (send + gossip buffers + delivery queue)
+    store_entries: int = 1 << 20
+    max_gap: int = 1 << 32                # a seq jump beyond this is rejected as bogus
+    delivery: str = "unordered"
+    deliver_own: bool = False
+
+    # gossip repair (thesis Table 7.1)
+    gossip_interval: float = 0.25
+    gc_limit: int = 10                    # rounds a message stays in the gossip buffer
+    gossip_buffer_bytes: int = 32 << 20   # byte bound on the gossip buffer
+    selection: str = "linear"             # target selection by RTT: uniform, linear, quadratic
+    immediate_nack: bool = True           # pull as soon as a gap is seen (§4.1)
+    nack_min_interval: float = 0.001      # at most one immediate pull per interval
+    repair_rate: float = 0.0              # repairs/s this node serves (0 = unlimited; §7.1)
+    repair_burst: float = 0.0
+    max_scan: int = 65536                 # ids examined per requested section
+    ping_interval: float = 1.0            # RTT probes for biased selection
+
+    # senders
+    idle_after: float = 0.005             # silence before the idle heartbeat (§5.1)
+    ack_loggers: int = 1                  # loggers that must hold a message before it leaves the send buffer
+    logger_retx_timeout: float = 0.5      # resend unacknowledged messages to a logger after this
+
+    # loggers
+    log_dir: Optional[str] = None
+    fsync: str = "interval"
+    fsync_interval: float = 0.005
+    logger_ack_interval: float = 0.002
+    logger_rtx_interval: float = 0.25     # receivers ask loggers this often (Table 7.1)
+    log_retention: float = 3600.0         # timeout failsafe of logger GC (§5.2)
+    logger_report_interval: float = 1.0   # members report their frontiers to a logger at least this often
+
+    # FIFO-SRB (semantic reliability)
+    srb_window: int = 0                   # sender window w; 0 = off
+    srb_f: int = 1                        # safe = received by more than f members
+
+    # application hook: is a missing (sender, inc, lo, hi) still wanted?
+    want: Optional[Callable] = None
+
+    def __post_init__(self):
+        self.validate()
+
+    # ------------------------------------------------------------------
+    def validate(self):
+        def need(cond, msg):
+            if not cond:
+                raise ConfigError(msg)
+
+        need(isinstance(self.group, int) and 0 <= self.group < 2**32,
+             f"group must be an integer in 0..2**32-1, got {self.group!r}")
+        need(isinstance(self.node_id, int) and 0 < self.node_id < 2**32 - 2,
+             f"node_id must be an integer in 1..2**32-3, got {self.node_id!r}")
+        need(self.incarnation is None or (isinstance(self.incarnation, int) and 0 <= self.incarnation < 2**32),
+             f"incarnation must be None or an integer in 0..2**32-1, got {self.incarnation!r}")
+        need(self.role in ROLES, f"role must be one of {ROLES}, got {self.role!r}")
+        need(self.selection in SELECTIONS, f"selection must be one of {SELECTIONS}, got {self.selection!r}")
+        need(self.delivery in DELIVERY, f"delivery must be one of {DELIVERY}, got {self.delivery!r}")
+        need(self.fsync in FSYNC, f"fsync must be one of {FSYNC}, got {self.fsync!r}")
+        need(576 <= self.mtu <= 65507, f"mtu must be between 576 and 65507 bytes, got {self.mtu}")
+        need(self.store_bytes >= 1 << 16, f"store_bytes must be at least 64 KiB, got {self.store_bytes}")
+        need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")
+        for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
+                     "idle_after", "logger_retx_timeout", "fsync_interval", "logger_ack_interval",
+                     "logger_rtx_interval", "log_retention", "logger_report_interval", "ping_interval"):
+            v = getattr(self, name)
+            need(isinstance(v, (int, float)) and v > 0, f"{name} must be a positive number of seconds, got {v!r}")
+        need(isinstance(self.gc_limit, int) and self.gc_limit >= 1,
+             f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
+        need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
+        need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
+        need(self.sponsors >= 1, "sponsors must be at least 1")
+        need(self.ack_loggers >= 1, "ack_loggers must be at least 1")
+        need(0 <= self.srb_window <= 1 << 24, f"srb_window must be in 0..2**24, got {self.srb_window}")
+        need(self.srb_f >= 0, "srb_f must be >= 0")
+        need(self.max_gap >= 1, "max_gap must be >= 1")
+        if self.role == "logger":
+            need(self.log_dir is not None, "a logger needs log_dir: the directory of its on-disk log")
+        if self.srb_window and self.delivery != "fifo":
+            raise ConfigError("srb_window needs delivery = 'fifo' (FIFO-SRB delivers in sender order)")
+        for m in self.members:
+            need(isinstance(m, MemberSpec), "members must be MemberSpec entries")
+            need(m.role in ROLES, f"member {m.node_id}: role must be one of {ROLES}")
+        ids = [m.node_id for m in self.members]
+        need(len(ids) == len(set(ids)), "members lists a node_id twice")
+        return self
+
+    def replace(self, **kw) -> "Config":
+        return dataclasses.replace(self, **kw)
+
+    # ------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration keys: {', '.join(unknown)}")
+        if "members" in d:
+            d["members"] = [m if isinstance(m, MemberSpec) else MemberSpec(**m) for m in d["members"]]
+        return cls(**d)
+
+    @classmethod
+    def from_toml(cls, path) -> "Config":
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        return cls.from_dict(data.get("rpbcast", data))
