@@ -73,14 +73,17 @@ int64_t rp_seqtrack_heartbeat(rp_seqtrack_t *t, uint64_t seq, uint64_t *glo, uin
     }
     if (seq < t->next)
         return 0;
-    if (seq >= RP_SEQ_LIMIT || seq - t->next >= t->max_gap) {
+    /* Same bound as accept(): a jump of at most max_gap past next. */
+    if (seq >= RP_SEQ_LIMIT || seq - t->next > t->max_gap) {
         t->n_far++;
         return -RP_ACC_FAR;
     }
     int64_t r = rp_iset_add(&t->missing, t->next, seq);
     if (r < 0) {
+        /* Always RP_ENOMEM: the iset's RP_EFULL (-3) is the same number as
+         * -RP_ACC_FAR and would read as "too far ahead". */
         t->n_nomem++;
-        return r;
+        return RP_ENOMEM;
     }
     if (glo) {
         *glo = t->next;

@@ -43,8 +43,10 @@ int rp_seqtrack_accept(rp_seqtrack_t *t, uint64_t seq, uint64_t *gap_lo, uint64_
 
 /* A heartbeat saying the sender's latest seq is `seq`: everything in
  * [next, seq] becomes missing.  Returns the number newly missing (0 if the
- * heartbeat is old), or RP_ACC_FAR / RP_ENOMEM style negatives:
- * -RP_ACC_FAR when too far ahead, RP_EFULL/RP_ENOMEM on bound. */
+ * heartbeat is old), or a negative: -RP_ACC_FAR when more than max_gap
+ * ahead of next (the same bound as accept), RP_ENOMEM when the gap-list
+ * bound is hit or allocation fails (never RP_EFULL, which equals -RP_ACC_FAR);
+ * on a negative result the tracker is unchanged. */
 int64_t rp_seqtrack_heartbeat(rp_seqtrack_t *t, uint64_t seq, uint64_t *gap_lo, uint64_t *gap_hi);
 
 /* Batch accept: out[i] receives the RP_ACC_* code for seqs[i].  Returns the

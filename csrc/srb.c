@@ -275,8 +275,11 @@ size_t rp_srbw_set_safe(rp_srbw_t *s, uint64_t upto, uint64_t *seqs, uint64_t *s
             s->n_purged++;
         }
     }
-    if (q > s->safe)
-        s->safe = q;
+    /* q < upto only when we stopped at max; q > upto when the window had
+     * already moved past upto (low), which says nothing about safety. */
+    uint64_t end = q < upto ? q : upto;
+    if (end > s->safe)
+        s->safe = end;
     advance_low(s);
     return n;
 }
@@ -296,8 +299,11 @@ size_t rp_srbw_set_stable(rp_srbw_t *s, uint64_t upto, uint64_t *handles, size_t
             s->n_stable++;
         }
     }
-    if (q > s->stable)
-        s->stable = q;
+    /* As in set_safe: never move `stable` past upto just because low did
+     * (seqs below low may be purged, not stable). */
+    uint64_t end = q < upto ? q : upto;
+    if (end > s->stable)
+        s->stable = end;
     if (s->stable > s->safe)
         s->safe = s->stable;            /* stable implies safe */
     advance_low(s);

@@ -58,15 +58,18 @@ int rp_stab_resize(rp_stab_t *s, uint32_t m, uint32_t n) {
     }
     if (m > s->m)
         s->m = m;       /* new senders: R = M = S = 0 (zeroed on growth) */
-    for (uint32_t i = s->n; i < n; i++)
+    for (uint32_t i = s->n; i < n; i++) {
         s->alive[i >> 6] |= 1ULL << (i & 63);
+        s->W[i >> 6] &= ~(1ULL << (i & 63));    /* not heard from yet */
+    }
     if (n > s->n)
         s->n = n;
     return RP_OK;
 }
 
 void rp_stab_start_round(rp_stab_t *s) {
-    memcpy(s->M, s->R, (size_t)s->m * sizeof(uint64_t));
+    if (s->m)                   /* R and M are NULL until the first sender */
+        memcpy(s->M, s->R, (size_t)s->m * sizeof(uint64_t));
     memset(s->W, 0, (size_t)words(s->n) * sizeof(uint64_t));
     s->W[s->self >> 6] |= 1ULL << (s->self & 63);
 }
@@ -94,6 +97,17 @@ int rp_stab_check(rp_stab_t *s) {
     return rp_stab_complete(s) ? finish_round(s) : 0;
 }
 
+/* Word k of a message's W restricted to its n_in members: bits at or above
+ * n_in (the unused tail of the last word) count as 0, like members the
+ * sender did not know.  Taking them as they came would mark members that
+ * join later (resize) as heard from. */
+static inline uint64_t w_in(const uint64_t *W, uint32_t k, uint32_t n_in) {
+    if ((uint64_t)k * 64 >= n_in)
+        return 0;
+    uint32_t rest = n_in - k * 64;
+    return rest >= 64 ? W[k] : W[k] & ((1ULL << rest) - 1);
+}
+
 static void merge_S(rp_stab_t *s, const uint64_t *S, uint32_t m_in) {
     for (uint32_t j = 0; j < m_in; j++)
         if (S[j] > s->S[j])
@@ -107,9 +121,9 @@ static void adopt_later(rp_stab_t *s, const uint64_t *M, const uint64_t *W,
         uint64_t v = j < m_in ? M[j] : 0;
         s->M[j] = v < s->R[j] ? v : s->R[j];
     }
-    uint32_t nw = words(s->n), nw_in = words(n_in);
+    uint32_t nw = words(s->n);
     for (uint32_t k = 0; k < nw; k++)
-        s->W[k] = k < nw_in ? W[k] : 0;
+        s->W[k] = w_in(W, k, n_in);
     s->W[s->self >> 6] |= 1ULL << (s->self & 63);
 }
 
@@ -117,13 +131,13 @@ int rp_stab_merge(rp_stab_t *s, const uint64_t *M, const uint64_t *W, const uint
                   uint64_t r, uint32_t m_in, uint32_t n_in) {
     if (m_in > s->m || n_in > s->n)
         return RP_EINVAL;
-    uint32_t nw = words(s->n), nw_in = words(n_in);
+    uint32_t nw = words(s->n);
     int flags = 0;
     if (r == s->round) {
         /* Compare W (message) with our W: subset relations over all bits. */
         int msg_has_more = 0, we_have_more = 0;
         for (uint32_t k = 0; k < nw; k++) {
-            uint64_t w = k < nw_in ? W[k] : 0;
+            uint64_t w = w_in(W, k, n_in);
             if (w & ~s->W[k]) msg_has_more = 1;
             if (s->W[k] & ~w) we_have_more = 1;
         }
@@ -133,7 +147,7 @@ int rp_stab_merge(rp_stab_t *s, const uint64_t *M, const uint64_t *W, const uint
             for (uint32_t j = 0; j < s->m; j++)
                 s->M[j] = j < m_in ? M[j] : 0;
             for (uint32_t k = 0; k < nw; k++)
-                s->W[k] = k < nw_in ? W[k] : 0;
+                s->W[k] = w_in(W, k, n_in);
             flags |= RP_STAB_ADOPTED;
         } else {
             for (uint32_t j = 0; j < s->m; j++) {
@@ -141,8 +155,8 @@ int rp_stab_merge(rp_stab_t *s, const uint64_t *M, const uint64_t *W, const uint
                 if (v < s->M[j])
                     s->M[j] = v;
             }
-            for (uint32_t k = 0; k < nw_in; k++)
-                s->W[k] |= W[k];
+            for (uint32_t k = 0; k < nw; k++)
+                s->W[k] |= w_in(W, k, n_in);
             flags |= RP_STAB_MERGED;
         }
         merge_S(s, S, m_in);

@@ -31,7 +31,9 @@ _REASONS = {
 def _as_intervals(intervals):
     a = np.ascontiguousarray(np.asarray(intervals, dtype=np.uint64).reshape(-1, 2))
     if a.shape[0] > 1:
-        if np.any(a[:, 0] > a[:, 1]) or np.any(a[1:, 0] <= a[:-1, 1] + 1):
+        # lo - prev_hi >= 2, written without prev_hi + 1 (wraps at 2**64 - 1)
+        if (np.any(a[:, 0] > a[:, 1]) or np.any(a[1:, 0] <= a[:-1, 1])
+                or np.any(a[1:, 0] - a[:-1, 1] < 2)):
             raise ValueError("intervals must be sorted, disjoint and non-adjacent with lo <= hi")
     elif a.shape[0] == 1 and a[0, 0] > a[0, 1]:
         raise ValueError("interval with lo > hi")
