@@ -2,6 +2,61 @@
 
 #include <stdlib.h>
 
+struct rp_msix_ctx {
+    const rp_mstore_t *s;
+    uint32_t sender;
+};
+
+/* Is ticket still the stored entry (sender, seq)? */
+static int ix_live(const void *owner, uint64_t ticket, uint64_t seq) {
+    const struct rp_msix_ctx *c = (const struct rp_msix_ctx *)owner;
+    if (!rp_mstore_valid(c->s, ticket))
+        return 0;
+    const rp_msent_t *e = rp_mstore_entry(c->s, ticket);
+    return e->seq == seq && e->sender == c->sender;
+}
+
+/* Position of sender's index, creating it when asked; -1 if none. */
+static int64_t ix_pos(rp_mstore_t *s, uint32_t sender, int create) {
+    if (s->nix && s->last_sender == sender)
+        return s->last_pos;
+    uint64_t *v = rp_hmap_get(&s->senders, sender, 0);
+    if (v) {
+        s->last_sender = sender;
+        s->last_pos = (uint32_t)*v;
+        return (int64_t)*v;
+    }
+    if (!create)
+        return -1;
+    if (s->nix == s->ixcap) {
+        uint32_t nc = s->ixcap ? s->ixcap * 2 : 8;
+        rp_seqidx_t *nx = (rp_seqidx_t *)realloc(s->ix, nc * sizeof(rp_seqidx_t));
+        if (!nx)
+            return RP_ENOMEM;
+        s->ix = nx;
+        struct rp_msix_ctx *nctx = (struct rp_msix_ctx *)malloc(nc * sizeof(struct rp_msix_ctx));
+        if (!nctx)
+            return RP_ENOMEM;
+        /* The contexts move: the index keeps no pointer to them. */
+        if (s->ixctx)
+            memcpy(nctx, s->ixctx, s->nix * sizeof(struct rp_msix_ctx));
+        free(s->ixctx);
+        s->ixctx = nctx;
+        s->ixcap = nc;
+    }
+    if (rp_seqidx_init(&s->ix[s->nix], 1024, s->emask + 1))
+        return RP_ENOMEM;
+    s->ixctx[s->nix].s = s;
+    s->ixctx[s->nix].sender = sender;
+    if (rp_hmap_put(&s->senders, sender, 0, s->nix) < 0) {
+        rp_seqidx_free(&s->ix[s->nix]);
+        return RP_ENOMEM;
+    }
+    s->last_sender = sender;
+    s->last_pos = s->nix;
+    return (int64_t)s->nix++;
+}
+
 int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries) {
     memset(s, 0, sizeof(*s));
     if (arena_bytes < 1024 || max_entries < 16)
@@ -11,7 +66,7 @@ int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries) {
         ecap *= 2;
     s->arena = (uint8_t *)malloc(arena_bytes);
     s->ent = (rp_msent_t *)calloc(ecap, sizeof(rp_msent_t));
-    if (!s->arena || !s->ent || rp_hmap_init(&s->index, ecap < 4096 ? ecap : 4096, 0)) {
+    if (!s->arena || !s->ent || rp_hmap_init(&s->senders, 16, 0)) {
         free(s->arena);
         free(s->ent);
         memset(s, 0, sizeof(*s));
@@ -25,7 +80,11 @@ int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries) {
 void rp_mstore_free(rp_mstore_t *s) {
     free(s->arena);
     free(s->ent);
-    rp_hmap_free(&s->index);
+    for (uint32_t i = 0; i < s->nix; i++)
+        rp_seqidx_free(&s->ix[i]);
+    free(s->ix);
+    free(s->ixctx);
+    rp_hmap_free(&s->senders);
     memset(s, 0, sizeof(*s));
 }
 
@@ -35,9 +94,6 @@ static void free_tail(rp_mstore_t *s) {
         rp_msent_t *e = rp_mstore_entry(s, s->tail);
         if (e->holds)
             break;
-        uint64_t *t = rp_hmap_get(&s->index, e->seq, e->sender);
-        if (t && *t == s->tail)
-            rp_hmap_del(&s->index, e->seq, e->sender, NULL);
         s->tail++;
         s->n_freed++;
     }
@@ -96,7 +152,8 @@ int64_t rp_mstore_put(rp_mstore_t *s, uint32_t sender, uint64_t seq, uint64_t la
             e->sender = sender;
             e->holds = holds;
             e->age = age;
-            if (rp_hmap_put(&s->index, seq, sender, ticket) < 0)
+            int64_t pos = ix_pos(s, sender, 1);
+            if (pos < 0 || rp_seqidx_put(&s->ix[pos], seq, ticket, ix_live, &s->ixctx[pos]))
                 return RP_ENOMEM;
             if (len)
                 memcpy(s->arena + (e->mpos % s->acap), payload, len);
@@ -117,10 +174,13 @@ int64_t rp_mstore_put(rp_mstore_t *s, uint32_t sender, uint64_t seq, uint64_t la
 }
 
 int64_t rp_mstore_find(const rp_mstore_t *s, uint32_t sender, uint64_t seq) {
-    uint64_t *t = rp_hmap_get(&s->index, seq, sender);
-    if (!t || !rp_mstore_valid(s, *t))
+    int64_t pos = ix_pos((rp_mstore_t *)s, sender, 0);
+    if (pos < 0)
         return -1;
-    return (int64_t)*t;
+    int64_t t = rp_seqidx_get(&s->ix[pos], seq);
+    if (t < 0 || !ix_live(&s->ixctx[pos], (uint64_t)t, seq))
+        return -1;
+    return t;
 }
 
 void rp_mstore_release(rp_mstore_t *s, uint64_t ticket, uint32_t holds) {

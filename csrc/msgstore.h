@@ -20,6 +20,7 @@
 #define RP_MSGSTORE_H
 
 #include "hmap.h"
+#include "seqidx.h"
 
 enum {
     RP_MS_DELIVER = 1 << 0,   /* not yet handed to the application */
@@ -53,7 +54,14 @@ typedef struct {
     uint64_t deliver_cursor;     /* tickets below it have no DELIVER hold */
     uint64_t gossip_bytes;       /* payload bytes held by RP_MS_GOSSIP */
     uint64_t gossip_count;
-    rp_hmap_t index;             /* (seq, sender) -> ticket */
+    /* (sender, seq) -> ticket: one direct-mapped index per sender; stale
+     * slots are recognised by checking the entry, so frees need no index
+     * work. */
+    rp_hmap_t senders;           /* sender -> position in ix */
+    rp_seqidx_t *ix;
+    struct rp_msix_ctx *ixctx;
+    uint32_t nix, ixcap;
+    uint32_t last_sender, last_pos;
     uint64_t n_put, n_full, n_evicted, n_freed;
 } rp_mstore_t;
 
@@ -84,11 +92,15 @@ void rp_mstore_release(rp_mstore_t *s, uint64_t ticket, uint32_t holds);
 
 /* Gossip-buffer GC: drop the GOSSIP hold from every entry with age < min_age,
  * then keep dropping the oldest until gossip bytes <= max_bytes (0 = no
- * byte bound).  Returns how many entries left the gossip buffer. */
+ * byte bound).  Returns how many entries left the gossip buffer.  Ages must
+ * not decrease along the ring (callers insert with the current round): the
+ * walk stops at the first entry young enough. */
 uint64_t rp_mstore_gc(rp_mstore_t *s, uint32_t min_age, uint64_t max_bytes);
 
 /* Walk the delivery cursor: write up to max tickets that still hold
- * RP_MS_DELIVER, in arrival order, and clear that hold. */
+ * RP_MS_DELIVER, in arrival order, and clear that hold.  Their payloads
+ * stay readable until the next call that can free space (release, gc, or a
+ * put that has to evict). */
 size_t rp_mstore_take_deliveries(rp_mstore_t *s, uint64_t *tickets, size_t max);
 
 RP_INLINE uint64_t rp_mstore_bytes_used(const rp_mstore_t *s) { return s->bhead - s->btail; }

@@ -20,6 +20,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
     n->fifo = cfg->fifo || cfg->srb_w;
     n->is_logger = cfg->is_logger;
     n->no_deliver = cfg->no_deliver;
+    n->hold_send = 1;
     n->srb_w = cfg->srb_w;
     n->max_gap = cfg->max_gap ? cfg->max_gap : ((uint64_t)1 << 32);
     n->max_dgram = RP_WIRE_MAX_DGRAM;
@@ -378,6 +379,13 @@ static void rx_heartbeat(rp_node_t *n, const rp_msgview_t *m, int64_t now) {
 int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64_t now) {
     rp_dghdr_t h;
     n->c[RP_C_RX_DGRAMS]++;
+    /* Our own multicast comes back (loopback must stay on for receivers on
+     * this host): recognise it from the header before parsing the rest. */
+    if (len >= RP_DG_HDR && rp_ld32(buf + 8) == n->id && rp_ld32(buf + 12) == n->inc &&
+        rp_ld16(buf) == RP_WIRE_MAGIC && rp_ld32(buf + 4) == n->group) {
+        n->c[RP_C_RX_OWN]++;
+        return RP_WR_OK;
+    }
     int r = rp_wire_parse(buf, len, n->max_dgram, &h, n->mv, RP_WIRE_MAX_MSGS);
     if (RP_UNLIKELY(r != RP_WR_OK)) {
         n->rx_reason[r]++;
@@ -426,8 +434,8 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
     if (n->srbw && !rp_srbw_can_send(n->srbw))
         return RP_EFULL;
     uint64_t seq = n->next_seq;
-    uint32_t holds = RP_MS_GOSSIP | RP_MS_SEND | (n->deliver_own ? RP_MS_DELIVER : 0) |
-                     (n->srbw ? RP_MS_SRB : 0);
+    uint32_t holds = RP_MS_GOSSIP | (n->hold_send ? RP_MS_SEND : 0) |
+                     (n->deliver_own ? RP_MS_DELIVER : 0) | (n->srbw ? RP_MS_SRB : 0);
     int64_t t = rp_mstore_put(&n->store, RP_SELF_SLOT, seq, label, now, n->round, holds,
                               RP_MS_GOSSIP, payload, len);
     if (t < 0)
@@ -447,6 +455,8 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
     if (n->srbw)
         rp_srbw_sent(n->srbw, label, (uint64_t)t);
     n->next_seq++;
+    if (!n->hold_send)
+        n->acked = n->next_seq;
     n->last_publish = now;
     n->c[RP_C_SENT]++;
     rp_sigvec_del(&n->hbsig, 0);     /* no longer idle */

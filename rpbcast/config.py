@@ -16,6 +16,7 @@ class ConfigError(ValueError):
 
 
 ROLES = ("member", "logger")
+TRANSPORTS = ("multicast", "unicast")
 SELECTIONS = ("uniform", "linear", "quadratic")
 DELIVERY = ("unordered", "fifo")
 FSYNC = ("always", "interval", "never")
@@ -26,7 +27,7 @@ class MemberSpec:
     """A member known from configuration (static membership)."""
 
     node_id: int
-    addr: int                 # opaque address understood by the transport
+    addr: object              # "a.b.c.d:port", or the transport's integer form
     role: str = "member"
     rank: int = -1            # GSGC member index; -1 = assigned by order
 
@@ -89,6 +90,23 @@ class Config:
     # application hook: is a missing (sender, inc, lo, hi) still wanted?
     want: Optional[Callable] = None
 
+    # network (the UDP transport; the engine itself never sees these)
+    group_addr: str = "239.255.77.1:7400"  # multicast group and port
+    bind: str = "127.0.0.1:0"             # unicast address (port 0: pick one)
+    interface: str = "lo"                 # multicast interface (name or IPv4 address)
+    transport: str = "multicast"          # or "unicast": fan-out to the member list
+    ttl: int = 0                          # multicast TTL: 0 keeps traffic on this host
+    multicast_loop: bool = True           # receivers on this host see our multicast
+    rcvbuf: int = 8 << 20
+    sndbuf: int = 8 << 20
+    rx_batch: int = 64                    # datagrams per recvmmsg
+    gso: bool = True                      # UDP GSO on send when the kernel has it
+    gro: bool = True                      # UDP GRO on receive when the kernel has it
+    busy_poll: bool = False               # spin instead of epoll (latency, burns a core)
+    timestamps: bool = False              # kernel receive timestamps
+    drop_rate: float = 0.0                # in-process receive loss (tests without root)
+    state_dir: Optional[str] = None       # where a restarted node finds its last incarnation
+
     def __post_init__(self):
         self.validate()
 
@@ -125,6 +143,21 @@ class Config:
         need(0 <= self.srb_window <= 1 << 24, f"srb_window must be in 0..2**24, got {self.srb_window}")
         need(self.srb_f >= 0, "srb_f must be >= 0")
         need(self.max_gap >= 1, "max_gap must be >= 1")
+        need(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
+        need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
+        need(0.0 <= self.drop_rate < 1.0, f"drop_rate must be in [0, 1), got {self.drop_rate}")
+        from rpbcast import netaddr
+        try:
+            gip, gport = netaddr.parse_hostport(self.group_addr, "group_addr")
+            netaddr.parse_hostport(self.bind, "bind")
+            for m in self.members:
+                if not isinstance(m.addr, int):
+                    netaddr.parse_hostport(m.addr, f"member {m.node_id} addr")
+        except netaddr.AddressError as e:
+            raise ConfigError(str(e)) from None
+        need((gip >> 28) == 0xE, f"group_addr must be a multicast address (224.0.0.0/4), got {self.group_addr}")
+        need(gport != 0, "group_addr needs a port")
         if self.role == "logger":
             need(self.log_dir is not None, "a logger needs log_dir: the directory of its on-disk log")
         if self.srb_window and self.delivery != "fifo":

@@ -133,21 +133,24 @@ class Engine:
     def _update_hold_send(self):
         # Without loggers nothing acknowledges; the send buffer then lives
         # only as long as the gossip buffer keeps it.
-        if not self.members.loggers() and not self.is_logger:
-            self.node.logger_ack(self.node.next_seq)
+        self.node.hold_send = bool(self.members.loggers())
 
     # ------------------------------------------------------------------ API
+    def set_addr(self, addr: int):
+        """The transport bound our unicast socket: this is where peers reach us."""
+        self.cfg = self.cfg.replace(addr=addr)
+        self.members.upsert(Member(self.id, self.inc, self.status,
+                                   ROLE_LOGGER if self.is_logger else ROLE_MEMBER, addr, -1,
+                                   self.freshness + 0, max(self.node.next_seq - 1, 0)))
+        m = self.members.get(self.id)
+        if m is not None and m.addr != addr:
+            m.addr = addr
+
     def publish(self, payload, label: Optional[int] = None, now: int = 0) -> int:
-        seq = self.node.publish(payload, label, now)
-        if not self.members.loggers():
-            self.node.logger_ack(seq + 1)
-        return seq
+        return self.node.publish(payload, label, now)
 
     def publish_batch(self, payloads, lens, labels=None, now: int = 0) -> int:
-        k = self.node.publish_batch(payloads, lens, labels, now)
-        if not self.members.loggers():
-            self.node.logger_ack(self.node.next_seq)
-        return k
+        return self.node.publish_batch(payloads, lens, labels, now)
 
     def receive_datagram(self, data, addr: int, now: int) -> int:
         r = self.node.rx(data, addr, now)

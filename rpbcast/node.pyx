@@ -97,6 +97,18 @@ cdef class Node:
         self.log = log
         self.n.log = &log.l if log is not None else NULL
 
+    @property
+    def hold_send(self):
+        return bool(self.n.hold_send)
+
+    @hold_send.setter
+    def hold_send(self, bint v):
+        """Keep own messages until a logger acknowledges them (off when the
+        group has no logger: nothing would ever acknowledge)."""
+        self.n.hold_send = v
+        if not v:
+            rp_node_logger_ack(&self.n, self.n.next_seq)
+
     def set_rate_limit(self, double rate, double burst=0):
         rp_node_set_rate_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10))
 

@@ -200,7 +200,6 @@ cdef extern from "msgstore.h" nogil:
     ctypedef struct rp_mstore_t:
         uint64_t acap, bhead, btail, emask, head, tail
         uint64_t gc_cursor, deliver_cursor, gossip_bytes, gossip_count
-        rp_hmap_t index
         uint64_t n_put, n_full, n_evicted, n_freed
     int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries)
     void rp_mstore_free(rp_mstore_t *s)
@@ -375,7 +374,7 @@ cdef extern from "node.h" nogil:
         uint8_t type, flags
     ctypedef struct rp_node_t:
         uint32_t group, id, inc
-        uint8_t deliver_own, fifo, is_logger, tracing, no_deliver
+        uint8_t deliver_own, fifo, is_logger, tracing, no_deliver, hold_send
         uint64_t srb_w
         size_t max_dgram
         uint32_t max_scan
@@ -430,3 +429,65 @@ cdef extern from "node.h" nogil:
                         uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
                         uint8_t *buf, size_t cap, int64_t now)
     uint64_t rp_node_pending(const rp_node_t *n)
+
+
+cdef extern from "udpio.h" nogil:
+    ctypedef struct rp_sockopt_t:
+        uint32_t ip
+        uint16_t port
+        uint32_t if_ip
+        int ifindex
+        int rcvbuf, sndbuf
+        int ttl, loop
+        int gro, timestamps
+        int reuse
+    ctypedef struct rp_sock_t:
+        int fd
+        int gro
+        int gso
+        int timestamps
+        int rcvbuf, sndbuf
+        uint32_t ip
+        uint16_t port
+        uint64_t n_rx_dgrams, n_rx_calls, n_tx_dgrams, n_tx_calls, n_tx_gso, n_tx_errors
+    int rp_sock_open(rp_sock_t *s, const rp_sockopt_t *o, uint32_t group, const char **stage)
+    void rp_sock_close(rp_sock_t *s)
+    int rp_sock_sendto(rp_sock_t *s, const uint8_t *buf, size_t length, uint64_t addr)
+
+
+cdef extern from "loop.h" nogil:
+    ctypedef int64_t (*rp_control_fn)(void *ctx, int64_t now, int why)
+    enum:
+        RP_WHY_CTL
+        RP_WHY_TIMER
+        RP_WHY_NACK
+    ctypedef struct rp_loop_t:
+        rp_node_t *node
+        int app_fd
+        int stop
+        int busy_poll
+        uint32_t max_batches
+        rp_control_fn control
+        void *ctx
+        int64_t next_timer
+        int64_t idle_after_ns
+        double drop_rate
+        uint64_t rng
+        uint64_t n_dropped
+        uint64_t n_iter, n_wakeups, n_control, n_tx_blocked
+        uint32_t nfan
+    int64_t rp_now_ns()
+    int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
+                     uint32_t rx_batch, int busy_poll)
+    void rp_loop_free(rp_loop_t *l)
+    int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns)
+    void rp_loop_run(rp_loop_t *l)
+    void rp_loop_wake(rp_loop_t *l)
+    int rp_loop_flush(rp_loop_t *l)
+    size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                           const uint64_t *labels, size_t count)
+    int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n)
+    int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n)
+    int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t length, uint64_t label)
+    void rp_loop_lock(rp_loop_t *l)
+    void rp_loop_unlock(rp_loop_t *l)

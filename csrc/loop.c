@@ -1,0 +1,251 @@
+#define _GNU_SOURCE
+#include "loop.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t rp_now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
+                 uint32_t rx_batch, int busy_poll) {
+    memset(l, 0, sizeof(*l));
+    l->node = n;
+    l->socks[0] = mrx;
+    l->socks[1] = uc;
+    l->tx = uc;
+    l->mcast_addr = mcast_addr;
+    l->busy_poll = busy_poll;
+    l->max_batches = 16;
+    l->next_timer = INT64_MAX;
+    l->epfd = l->wake_fd = l->app_fd = -1;
+    int gro = (mrx && mrx->gro) || (uc && uc->gro);
+    if (rp_rx_init(&l->rx, rx_batch, gro))
+        return RP_ENOMEM;
+    if (pthread_mutex_init(&l->mu, NULL)) {
+        rp_rx_free(&l->rx);
+        return RP_ENOMEM;
+    }
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    l->app_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (l->epfd < 0 || l->wake_fd < 0 || l->app_fd < 0) {
+        int e = -errno;
+        rp_loop_free(l);
+        return e;
+    }
+    struct epoll_event ev = {.events = EPOLLIN};
+    for (int k = 0; k < 2; k++) {
+        if (!l->socks[k])
+            continue;
+        ev.data.u32 = (uint32_t)k;
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->socks[k]->fd, &ev) < 0) {
+            int e = -errno;
+            rp_loop_free(l);
+            return e;
+        }
+    }
+    ev.data.u32 = 2;
+    epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev);
+    return RP_OK;
+}
+
+void rp_loop_free(rp_loop_t *l) {
+    if (l->epfd >= 0) close(l->epfd);
+    if (l->wake_fd >= 0) close(l->wake_fd);
+    if (l->app_fd >= 0) close(l->app_fd);
+    l->epfd = l->wake_fd = l->app_fd = -1;
+    rp_rx_free(&l->rx);
+    free(l->fan);
+    l->fan = NULL;
+    pthread_mutex_destroy(&l->mu);
+}
+
+void rp_loop_wake(rp_loop_t *l) {
+    uint64_t one = 1;
+    ssize_t r = write(l->wake_fd, &one, sizeof(one));
+    (void)r;
+}
+
+int rp_loop_flush(rp_loop_t *l) {
+    rp_outbox_t *o = &l->node->out;
+    rp_out_flush(o);
+    if (!o->n)
+        return 0;
+    size_t consumed = 0;
+    int r = rp_sock_send(l->tx, o, l->mcast_addr, l->nfan ? l->fan : NULL, l->nfan, &consumed);
+    if (consumed >= o->n)
+        rp_out_clear(o);
+    else {
+        rp_out_consume(o, consumed);
+        l->n_tx_blocked++;
+    }
+    return r;
+}
+
+/* Tell a waiting application that deliveries are there. */
+static void signal_app(rp_loop_t *l) {
+    uint64_t d = l->node->store.head;   /* anything stored since last time */
+    if (d != l->delivered_signal && rp_node_pending(l->node)) {
+        l->delivered_signal = d;
+        uint64_t one = 1;
+        ssize_t r = write(l->app_fd, &one, sizeof(one));
+        (void)r;
+    }
+}
+
+static void drain_wake(rp_loop_t *l) {
+    uint64_t v;
+    ssize_t r = read(l->wake_fd, &v, sizeof(v));
+    (void)r;
+}
+
+/* xorshift64*: the in-process drop filter's coin. */
+static int drop(rp_loop_t *l) {
+    uint64_t x = l->rng ? l->rng : 0x9E3779B97F4A7C15ULL;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    l->rng = x;
+    return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (1.0 / 9007199254740992.0) < l->drop_rate;
+}
+
+int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
+    int ready[3] = {0, 0, 0};
+    int64_t now = rp_now_ns();
+    if (l->busy_poll) {
+        ready[0] = ready[1] = 1;
+    } else {
+        int64_t wait = l->next_timer - now;
+        if (max_wait_ns >= 0 && wait > max_wait_ns)
+            wait = max_wait_ns;
+        if (wait > 100000000)
+            wait = 100000000;   /* wake at least every 100 ms */
+        if (wait < 0)
+            wait = 0;
+        l->sleep_until = now + wait;
+        struct epoll_event evs[4];
+        int k = epoll_wait(l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
+        l->n_wakeups++;
+        for (int i = 0; i < k; i++)
+            if (evs[i].data.u32 < 3)
+                ready[evs[i].data.u32] = 1;
+        if (ready[2])
+            drain_wake(l);
+        now = rp_now_ns();
+    }
+    l->n_iter++;
+    pthread_mutex_lock(&l->mu);
+    l->sleep_until = 0;
+    rp_node_t *n = l->node;
+    int got = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!ready[k] || !l->socks[k])
+            continue;
+        for (uint32_t b = 0; b < l->max_batches; b++) {
+            int r = rp_sock_recv(l->socks[k], &l->rx);
+            if (r <= 0)
+                break;
+            got += r;
+            for (uint32_t i = 0; i < l->rx.n; i++) {
+                if (l->drop_rate > 0 && drop(l)) {
+                    l->n_dropped++;
+                    continue;
+                }
+                rp_node_rx(n, l->rx.mem + l->rx.off[i], l->rx.len[i], l->rx.src[i],
+                           l->rx.ts[i] ? l->rx.ts[i] : now);
+            }
+            /* Control bodies point into the receive buffers: hand them over
+             * before the next batch reuses them. */
+            if (n->nctl && l->control) {
+                l->next_timer = l->control(l->ctx, now, RP_WHY_CTL | (n->nack_pending ? RP_WHY_NACK : 0));
+                l->n_control++;
+            }
+            if ((uint32_t)r < l->rx.cap)
+                break;
+        }
+    }
+    if (l->control && (now >= l->next_timer || n->nack_pending)) {
+        int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
+        l->next_timer = l->control(l->ctx, now, why);
+        l->n_control++;
+    }
+    rp_loop_flush(l);
+    if (got)
+        signal_app(l);
+    pthread_mutex_unlock(&l->mu);
+    return got;
+}
+
+void rp_loop_run(rp_loop_t *l) {
+    while (!l->stop)
+        rp_loop_once(l, -1);
+}
+
+size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                       const uint64_t *labels, size_t count) {
+    pthread_mutex_lock(&l->mu);
+    int64_t now = rp_now_ns();
+    size_t k = rp_node_publish_batch(l->node, payloads, lens, labels, count, now);
+    if (k) {
+        rp_loop_flush(l);
+        /* The idle heartbeat is due idle_after from now: make sure the loop
+         * is awake then. */
+        int64_t t = now + l->idle_after_ns;
+        if (t < l->next_timer) {
+            l->next_timer = t;
+            if (l->sleep_until > t)
+                rp_loop_wake(l);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
+int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uint64_t label) {
+    pthread_mutex_lock(&l->mu);
+    int64_t now = rp_now_ns();
+    int64_t seq = rp_node_publish(l->node, payload, len, label, now);
+    if (seq >= 0) {
+        rp_loop_flush(l);
+        int64_t t = now + l->idle_after_ns;
+        if (t < l->next_timer) {
+            l->next_timer = t;
+            if (l->sleep_until > t)
+                rp_loop_wake(l);
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return seq;
+}
+
+int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
+    if (n > l->fancap) {
+        uint64_t *f = (uint64_t *)realloc(l->fan, n * sizeof(uint64_t));
+        if (!f)
+            return RP_ENOMEM;
+        l->fan = f;
+        l->fancap = n;
+    }
+    if (n)
+        memcpy(l->fan, addrs, n * sizeof(uint64_t));
+    l->nfan = n;
+    return RP_OK;
+}
+
+int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
+    pthread_mutex_lock(&l->mu);
+    int rc = rp_loop_set_fanout_locked(l, addrs, n);
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+void rp_loop_lock(rp_loop_t *l) { pthread_mutex_lock(&l->mu); }
+void rp_loop_unlock(rp_loop_t *l) { pthread_mutex_unlock(&l->mu); }

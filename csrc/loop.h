@@ -1,0 +1,91 @@
+/* The I/O loop around one node: sockets in, node, sockets out.
+ *
+ * rp_loop_once() does one iteration: wait for input (epoll, or not at all
+ * when busy-polling), receive batches into the node, and when the node queued
+ * control messages, a timer is due or a gap wants an immediate pull, call
+ * the control plane back (Python, under the GIL); then send the outbox.  A
+ * thread calling it in a loop is the default driver; asyncio calls it from
+ * reader callbacks instead.
+ *
+ * All node access happens under `mu`; the application's publish and receive
+ * take it too.  Lock order: mu, then the GIL (the callback takes the GIL while
+ * holding mu; the application drops the GIL before taking mu).
+ */
+#ifndef RP_LOOP_H
+#define RP_LOOP_H
+
+#include <pthread.h>
+
+#include "node.h"
+#include "udpio.h"
+
+/* Control-plane callback: runs with mu held; returns the next timer (ns). */
+typedef int64_t (*rp_control_fn)(void *ctx, int64_t now, int why);
+#define RP_WHY_CTL   1
+#define RP_WHY_TIMER 2
+#define RP_WHY_NACK  4
+
+typedef struct {
+    rp_node_t *node;
+    rp_sock_t *socks[2];     /* multicast receiver (may be NULL), unicast */
+    rp_sock_t *tx;           /* the socket we send from (the unicast one) */
+    uint64_t mcast_addr;
+    uint64_t *fan;           /* unicast fan-out destinations (NULL: multicast) */
+    uint32_t nfan, fancap;
+    rp_rxbatch_t rx;
+    pthread_mutex_t mu;
+    int epfd;
+    int wake_fd;             /* eventfd: wakes the loop (new timer, stop) */
+    int app_fd;              /* eventfd: tells the application deliveries wait */
+    volatile int stop;
+    int busy_poll;
+    uint32_t max_batches;    /* receive batches per socket per iteration */
+    rp_control_fn control;
+    void *ctx;
+    int64_t next_timer;
+    int64_t sleep_until;     /* when the loop's current wait ends */
+    int64_t idle_after_ns;   /* publish arms the idle-heartbeat timer */
+    uint64_t delivered_signal; /* deliveries at the last app signal */
+    double drop_rate;        /* in-process loss (tests without root) */
+    uint64_t rng;            /* xorshift state for drop_rate */
+    uint64_t n_dropped;
+    uint64_t n_iter, n_wakeups, n_control, n_tx_blocked;
+} rp_loop_t;
+
+int64_t rp_now_ns(void);
+
+int  rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
+                  uint32_t rx_batch, int busy_poll);
+void rp_loop_free(rp_loop_t *l);
+
+/* One iteration, waiting at most max_wait_ns for input (-1: until the next
+ * timer).  Call without mu held. */
+int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns);
+
+/* Until stop is set. */
+void rp_loop_run(rp_loop_t *l);
+
+/* Wake a sleeping loop (new earlier timer, stop). */
+void rp_loop_wake(rp_loop_t *l);
+
+/* Send what the outbox holds now (call with mu held). */
+int rp_loop_flush(rp_loop_t *l);
+
+/* Publish a batch from the application thread and send it at once.
+ * Takes mu.  Returns how many were published. */
+size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                       const uint64_t *labels, size_t count);
+
+/* The node lock, for the application's calls into the node. */
+void rp_loop_lock(rp_loop_t *l);
+void rp_loop_unlock(rp_loop_t *l);
+
+/* Publish one message and send it; returns its seq or a negative error. */
+int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uint64_t label);
+
+/* Replace the unicast fan-out list (NULL/0: use multicast).  Takes mu;
+ * the _locked form is for callers already holding it (the control plane). */
+int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n);
+int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n);
+
+#endif

@@ -1,0 +1,340 @@
+#define _GNU_SOURCE
+#include "udpio.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+
+#define GSO_MAX_SEGS 64
+#define GSO_MAX_BYTES 65000
+#define TX_BATCH 256
+
+static void sa_from(struct sockaddr_in *sa, uint64_t a) {
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(RP_ADDR_IP(a));
+    sa->sin_port = htons(RP_ADDR_PORT(a));
+}
+
+/* Ask for a buffer size; if the kernel caps it (rmem_max/wmem_max), try the
+ * FORCE variant (root), then report what was granted. */
+static int set_buf(int fd, int opt, int force_opt, int want) {
+    if (want <= 0)
+        goto read;
+    setsockopt(fd, SOL_SOCKET, opt, &want, sizeof(want));
+    int got;
+    socklen_t gl = sizeof(got);
+    if (getsockopt(fd, SOL_SOCKET, opt, &got, &gl) == 0 && got / 2 < want)
+        setsockopt(fd, SOL_SOCKET, force_opt, &want, sizeof(want));
+read:;
+    int v = 0;
+    socklen_t vl = sizeof(v);
+    getsockopt(fd, SOL_SOCKET, opt, &v, &vl);
+    return v / 2;   /* Linux reports double the usable size */
+}
+
+int rp_sock_open(rp_sock_t *s, const rp_sockopt_t *o, uint32_t group, const char **stage) {
+    memset(s, 0, sizeof(*s));
+    s->fd = -1;
+    s->gso = -1;
+    const char *st = "socket";
+    int one = 1, fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        goto fail;
+    if (o->reuse && setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0) {
+        st = "SO_REUSEADDR";
+        goto fail;
+    }
+    s->rcvbuf = set_buf(fd, SO_RCVBUF, SO_RCVBUFFORCE, o->rcvbuf);
+    s->sndbuf = set_buf(fd, SO_SNDBUF, SO_SNDBUFFORCE, o->sndbuf);
+    struct sockaddr_in sa;
+    sa_from(&sa, RP_ADDR(o->ip, o->port));
+    st = "bind";
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        goto fail;
+    struct ip_mreqn mr;
+    memset(&mr, 0, sizeof(mr));
+    mr.imr_address.s_addr = htonl(o->if_ip);
+    mr.imr_ifindex = o->ifindex;
+    st = "IP_MULTICAST_IF";
+    if ((o->if_ip || o->ifindex) && setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &mr, sizeof(mr)) < 0)
+        goto fail;
+    int ttl = o->ttl, loop = o->loop;
+    st = "IP_MULTICAST_TTL";
+    if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof(ttl)) < 0)
+        goto fail;
+    st = "IP_MULTICAST_LOOP";
+    if (setsockopt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof(loop)) < 0)
+        goto fail;
+    if (group) {
+        /* Only our group, even if other sockets on the host joined others. */
+        int zero = 0;
+        setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
+        mr.imr_multiaddr.s_addr = htonl(group);
+        st = "IP_ADD_MEMBERSHIP";
+        if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof(mr)) < 0)
+            goto fail;
+    }
+    if (o->gro && setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) == 0)
+        s->gro = 1;
+    if (o->timestamps && setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) == 0)
+        s->timestamps = 1;
+    socklen_t sl = sizeof(sa);
+    st = "getsockname";
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
+        goto fail;
+    s->ip = ntohl(sa.sin_addr.s_addr);
+    s->port = ntohs(sa.sin_port);
+    s->fd = fd;
+    return 0;
+fail:;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (stage)
+        *stage = st;
+    return -e;
+}
+
+void rp_sock_close(rp_sock_t *s) {
+    if (s->fd >= 0)
+        close(s->fd);
+    s->fd = -1;
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+#define CTRL_LEN 64
+
+int rp_rx_init(rp_rxbatch_t *b, uint32_t cap, int gro) {
+    memset(b, 0, sizeof(*b));
+    b->cap = cap ? cap : 64;
+    b->bufsize = gro ? 65536 : 2048;
+    b->ncap = gro ? b->cap * GSO_MAX_SEGS * 2 : b->cap;
+    b->mem = (uint8_t *)malloc((size_t)b->cap * b->bufsize);
+    b->mmsg = calloc(b->cap, sizeof(struct mmsghdr));
+    b->iov = calloc(b->cap, sizeof(struct iovec));
+    b->names = calloc(b->cap, sizeof(struct sockaddr_in));
+    b->ctrl = (uint8_t *)calloc(b->cap, CTRL_LEN);
+    b->off = (uint32_t *)malloc(b->ncap * sizeof(uint32_t));
+    b->len = (uint32_t *)malloc(b->ncap * sizeof(uint32_t));
+    b->src = (uint64_t *)malloc(b->ncap * sizeof(uint64_t));
+    b->ts = (int64_t *)malloc(b->ncap * sizeof(int64_t));
+    if (!b->mem || !b->mmsg || !b->iov || !b->names || !b->ctrl || !b->off || !b->len || !b->src ||
+        !b->ts) {
+        rp_rx_free(b);
+        return RP_ENOMEM;
+    }
+    return RP_OK;
+}
+
+void rp_rx_free(rp_rxbatch_t *b) {
+    free(b->mem); free(b->mmsg); free(b->iov); free(b->names); free(b->ctrl);
+    free(b->off); free(b->len); free(b->src); free(b->ts);
+    memset(b, 0, sizeof(*b));
+}
+
+int rp_sock_recv(rp_sock_t *s, rp_rxbatch_t *b) {
+    struct mmsghdr *mm = (struct mmsghdr *)b->mmsg;
+    struct iovec *iov = (struct iovec *)b->iov;
+    struct sockaddr_in *nm = (struct sockaddr_in *)b->names;
+    uint32_t cap = b->cap;
+    for (uint32_t i = 0; i < cap; i++) {
+        iov[i].iov_base = b->mem + (size_t)i * b->bufsize;
+        iov[i].iov_len = b->bufsize;
+        mm[i].msg_hdr.msg_name = &nm[i];
+        mm[i].msg_hdr.msg_namelen = sizeof(nm[i]);
+        mm[i].msg_hdr.msg_iov = &iov[i];
+        mm[i].msg_hdr.msg_iovlen = 1;
+        mm[i].msg_hdr.msg_control = b->ctrl + (size_t)i * CTRL_LEN;
+        mm[i].msg_hdr.msg_controllen = CTRL_LEN;
+        mm[i].msg_hdr.msg_flags = 0;
+    }
+    b->n = 0;
+    int k = recvmmsg(s->fd, mm, cap, MSG_DONTWAIT, NULL);
+    if (k < 0)
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+    s->n_rx_calls++;
+    for (int i = 0; i < k; i++) {
+        uint32_t len = mm[i].msg_len;
+        int seg = 0;
+        int64_t ts = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mm[i].msg_hdr); c; c = CMSG_NXTHDR(&mm[i].msg_hdr, c)) {
+            if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO)
+                memcpy(&seg, CMSG_DATA(c), sizeof(int));
+            else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+                struct timespec t;
+                memcpy(&t, CMSG_DATA(c), sizeof(t));
+                ts = (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+            }
+        }
+        uint64_t src = RP_ADDR(ntohl(nm[i].sin_addr.s_addr), ntohs(nm[i].sin_port));
+        uint32_t base = (uint32_t)((size_t)i * b->bufsize);
+        if (seg <= 0 || (uint32_t)seg >= len)
+            seg = (int)len;
+        for (uint32_t o = 0; o < len && b->n < b->ncap; o += (uint32_t)seg) {
+            uint32_t l = len - o < (uint32_t)seg ? len - o : (uint32_t)seg;
+            b->off[b->n] = base + o;
+            b->len[b->n] = l;
+            b->src[b->n] = src;
+            b->ts[b->n] = ts;
+            b->n++;
+        }
+    }
+    s->n_rx_dgrams += b->n;
+    return (int)b->n;
+}
+
+/* ---- send -------------------------------------------------------------- */
+
+int rp_sock_sendto(rp_sock_t *s, const uint8_t *buf, size_t len, uint64_t addr) {
+    struct sockaddr_in sa;
+    sa_from(&sa, addr);
+    ssize_t r = sendto(s->fd, buf, len, 0, (struct sockaddr *)&sa, sizeof(sa));
+    if (r < 0)
+        return -errno;
+    s->n_tx_dgrams++;
+    s->n_tx_calls++;
+    return 0;
+}
+
+typedef struct {
+    size_t first, count;   /* datagrams d[first .. first+count) */
+    uint64_t dest;
+    uint16_t seg;          /* GSO segment size, 0 = none */
+} run_t;
+
+int rp_sock_send(rp_sock_t *s, rp_outbox_t *o, uint64_t mcast_addr, const uint64_t *fan,
+                 uint32_t nfan, size_t *consumed) {
+    struct mmsghdr mm[TX_BATCH];
+    struct iovec iov[TX_BATCH * 4];
+    struct sockaddr_in sa[TX_BATCH];
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } ctl[TX_BATCH];
+    run_t runs[TX_BATCH];
+    size_t done = 0;
+    int sent_total = 0;
+    *consumed = 0;
+    while (done < o->n) {
+        /* Group the next datagrams into runs, then runs x destinations into
+         * mmsghdrs, as many as fit one sendmmsg call. */
+        size_t nm = 0, niov = 0, nr = 0, i = done;
+        size_t run_of_msg[TX_BATCH];
+        while (i < o->n && nm < TX_BATCH && nr < TX_BATCH) {
+            rp_outd_t *d = &o->d[i];
+            size_t k = 1, bytes = d->len;
+            if (s->gso != 0) {
+                while (i + k < o->n && k < GSO_MAX_SEGS && o->d[i + k].dest == d->dest &&
+                       o->d[i + k].len <= d->len && bytes + o->d[i + k].len <= GSO_MAX_BYTES &&
+                       o->d[i + k - 1].len == d->len) {
+                    bytes += o->d[i + k].len;
+                    k++;
+                }
+            }
+            uint32_t ndest = (d->dest == RP_DEST_MCAST && fan) ? nfan : 1;
+            if (nm + ndest > TX_BATCH || niov + k > sizeof(iov) / sizeof(iov[0]))
+                break;
+            runs[nr].first = i;
+            runs[nr].count = k;
+            runs[nr].dest = d->dest;
+            runs[nr].seg = k > 1 ? (uint16_t)d->len : 0;
+            size_t iv0 = niov;
+            for (size_t j = 0; j < k; j++) {
+                iov[niov].iov_base = o->buf + o->d[i + j].off;
+                iov[niov].iov_len = o->d[i + j].len;
+                niov++;
+            }
+            for (uint32_t f = 0; f < ndest; f++) {
+                uint64_t a = d->dest == RP_DEST_MCAST ? (fan ? fan[f] : mcast_addr) : d->dest;
+                sa_from(&sa[nm], a);
+                memset(&mm[nm], 0, sizeof(mm[nm]));
+                mm[nm].msg_hdr.msg_name = &sa[nm];
+                mm[nm].msg_hdr.msg_namelen = sizeof(sa[nm]);
+                mm[nm].msg_hdr.msg_iov = &iov[iv0];
+                mm[nm].msg_hdr.msg_iovlen = k;
+                if (k > 1) {
+                    memset(ctl[nm].buf, 0, sizeof(ctl[nm].buf));
+                    mm[nm].msg_hdr.msg_control = ctl[nm].buf;
+                    mm[nm].msg_hdr.msg_controllen = sizeof(ctl[nm].buf);
+                    struct cmsghdr *c = CMSG_FIRSTHDR(&mm[nm].msg_hdr);
+                    c->cmsg_level = SOL_UDP;
+                    c->cmsg_type = UDP_SEGMENT;
+                    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+                    uint16_t seg = runs[nr].seg;
+                    memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+                }
+                run_of_msg[nm] = nr;
+                nm++;
+            }
+            nr++;
+            i += k;
+        }
+        int r = sendmmsg(s->fd, mm, (unsigned)nm, MSG_DONTWAIT);
+        if (r < 0) {
+            int e = errno;
+            if ((e == EIO || e == EINVAL || e == ENOPROTOOPT || e == EOPNOTSUPP) && s->gso != 0) {
+                /* No UDP GSO here: fall back to one datagram per message. */
+                int had_gso = 0;
+                for (size_t m = 0; m < nm; m++)
+                    if (mm[m].msg_hdr.msg_iovlen > 1)
+                        had_gso = 1;
+                if (had_gso) {
+                    s->gso = 0;
+                    continue;
+                }
+            }
+            if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR)
+                break;
+            /* Anything else (EMSGSIZE, unreachable, ...): drop the first run
+             * rather than spin on it; the protocol repairs what is lost. */
+            s->n_tx_errors++;
+            done = runs[0].first + runs[0].count;
+            continue;
+        }
+        if (r > 0 && s->gso == -1) {
+            for (int m = 0; m < r; m++)
+                if (mm[m].msg_hdr.msg_iovlen > 1)
+                    s->gso = 1;
+        }
+        s->n_tx_calls++;
+        for (int m = 0; m < r; m++) {
+            s->n_tx_dgrams += mm[m].msg_hdr.msg_iovlen;
+            if (mm[m].msg_hdr.msg_iovlen > 1)
+                s->n_tx_gso++;
+        }
+        sent_total += r;
+        /* Datagrams are consumed when every copy of their run went out. */
+        size_t last_full = done;
+        for (size_t rr = 0; rr < nr; rr++) {
+            int all = 1;
+            for (size_t m = (size_t)r; m < nm; m++)
+                if (run_of_msg[m] == rr)
+                    all = 0;
+            if (!all)
+                break;
+            last_full = runs[rr].first + runs[rr].count;
+        }
+        done = last_full;
+        if ((size_t)r < nm)
+            break;
+    }
+    *consumed = done;
+    return sent_total;
+}

@@ -1,0 +1,310 @@
+"""The Python API on real sockets.
+
+    from rpbcast import Node, Config
+    with Node(Config(node_id=1, members=[...])) as node:
+        node.publish(b"hello")
+        msg = node.receive(timeout=1.0)     # Message(sender, inc, seq, label, payload, rx_time)
+
+High rates: ``publish_batch`` and ``recv_batch`` move many messages per call
+with NumPy arrays and one payload buffer, no Python object per message.
+Asyncio: ``await node.areceive()`` and ``async for msg in node``.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import os
+import threading
+import time
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+from rpbcast import netaddr
+from rpbcast.config import Config, ConfigError, MemberSpec
+from rpbcast.engine import Engine
+from rpbcast.transport import SocketError, Transport
+
+NOLABEL = 0xFFFFFFFFFFFFFFFF
+EPOCH_2024 = 1704067200
+
+
+class Message(NamedTuple):
+    sender: int
+    inc: int
+    seq: int
+    label: Optional[int]
+    payload: memoryview
+    rx_time: int          # ns, CLOCK_MONOTONIC (kernel receive time with timestamps on)
+
+
+class Batch(NamedTuple):
+    """recv_batch result: arrays of length count; payload i is
+    buf[offs[i]:offs[i] + lens[i]]."""
+    count: int
+    senders: np.ndarray
+    incs: np.ndarray
+    seqs: np.ndarray
+    labels: np.ndarray
+    rx_times: np.ndarray
+    offs: np.ndarray
+    lens: np.ndarray
+    buf: bytearray
+
+    def payload(self, i) -> memoryview:
+        o = int(self.offs[i])
+        return memoryview(self.buf)[o:o + int(self.lens[i])]
+
+
+def _incarnation(cfg: Config) -> int:
+    """A number this node id has never used: a persisted counter when
+    state_dir is set (written and fsynced before use), else the clock in
+    tenths of a second since 2024."""
+    clock = int((time.time() - EPOCH_2024) * 10) & 0xFFFFFFFF
+    if cfg.state_dir is None:
+        return clock
+    os.makedirs(cfg.state_dir, exist_ok=True)
+    path = os.path.join(cfg.state_dir, f"incarnation.{cfg.node_id}")
+    last = -1
+    try:
+        with open(path) as f:
+            last = int(f.read().strip() or -1)
+    except (OSError, ValueError):
+        pass
+    inc = max(last + 1, clock if last < 0 else last + 1) & 0xFFFFFFFF
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(inc))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(cfg.state_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return inc
+
+
+def _socket_error_to_config(e: SocketError, cfg: Config, where: str):
+    stage, err = e.stage, e.errno
+    if stage == "bind" and err == errno.EADDRINUSE:
+        return ConfigError(f"{where} is already in use (another rpbcast node?): choose another port, "
+                           f"or port 0 to pick a free one")
+    if stage == "bind" and err == errno.EADDRNOTAVAIL:
+        return ConfigError(f"{where}: that IP address is not on this host; use one of its addresses "
+                           f"(e.g. 127.0.0.1)")
+    if stage in ("IP_ADD_MEMBERSHIP", "IP_MULTICAST_IF") and err in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.EINVAL):
+        return ConfigError(f"cannot use interface {cfg.interface!r} for multicast ({os.strerror(err)}); "
+                           f"interfaces here: {', '.join(netaddr.interfaces())}")
+    if err == errno.EACCES:
+        return ConfigError(f"{where}: permission denied for {stage}")
+    return ConfigError(f"{where}: {stage} failed: {os.strerror(err)}")
+
+
+class Node:
+    """A group member on real UDP sockets."""
+
+    def __init__(self, config: Config, *, start: bool = True, log=None):
+        cfg = config.validate()
+        gip, gport = netaddr.parse_hostport(cfg.group_addr)
+        bip, bport = netaddr.parse_hostport(cfg.bind)
+        ifname, ifindex, if_ip = (None, 0, 0)
+        if cfg.transport == "multicast":
+            try:
+                ifname, ifindex, if_ip = netaddr.resolve_interface(cfg.interface)
+            except netaddr.AddressError as e:
+                raise ConfigError(str(e)) from None
+            if not netaddr.multicast_route(ifname, gip):
+                raise ConfigError(f"no multicast route for {cfg.group_addr.split(':')[0]} on {ifname}: "
+                                  f"run `ip route add 224.0.0.0/4 dev {ifname}` (or use transport = 'unicast')")
+        members = [MemberSpec(m.node_id, netaddr.addr_of(m.addr), m.role, m.rank) for m in cfg.members]
+        inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
+        ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
+        self.config = cfg
+        self.engine = Engine(ecfg, time.monotonic_ns(), log=log)
+        try:
+            self.transport = Transport(
+                self.engine, group_ip=gip, group_port=gport, bind_ip=bip, bind_port=bport,
+                if_ip=if_ip, ifindex=ifindex, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
+                sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
+                busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
+                drop_rate=cfg.drop_rate)
+        except SocketError as e:
+            where = cfg.bind if "unicast" in str(e) else cfg.group_addr
+            raise _socket_error_to_config(e, cfg, where) from None
+        self.engine.set_addr(self.transport.addr)
+        info = self.transport.sock_info()
+        self.warnings = []
+        if cfg.rcvbuf and info["rcvbuf"] < cfg.rcvbuf:
+            self.warnings.append(f"receive buffer capped at {info['rcvbuf']} bytes (asked {cfg.rcvbuf}): "
+                                 f"raise net.core.rmem_max, or run as root")
+        if cfg.sndbuf and info["sndbuf"] < cfg.sndbuf:
+            self.warnings.append(f"send buffer capped at {info['sndbuf']} bytes (asked {cfg.sndbuf}): "
+                                 f"raise net.core.wmem_max, or run as root")
+        for w in self.warnings:
+            import logging
+            logging.getLogger("rpbcast").warning(w)
+        self._batch = None
+        self._bi = 0
+        self._buf = bytearray(max(4 << 20, cfg.mtu * 4096))
+        self._callbacks = []
+        self._dispatcher = None
+        self._closed = False
+        if start:
+            self.transport.start()
+
+    # ---- identity -------------------------------------------------------
+    @property
+    def node_id(self) -> int:
+        return self.engine.id
+
+    @property
+    def incarnation(self) -> int:
+        return self.engine.inc
+
+    @property
+    def addr(self) -> str:
+        return netaddr.fmt_addr(self.transport.addr)
+
+    # ---- sending --------------------------------------------------------
+    def publish(self, payload, label: Optional[int] = None) -> int:
+        """Multicast one message; returns its sequence number.  Raises
+        BlockingIOError when back-pressure applies."""
+        return self.transport.publish(payload, label)
+
+    def publish_batch(self, payloads, lens=None, labels=None) -> int:
+        """Publish many messages: ``payloads`` is one buffer with the
+        messages back to back and ``lens`` their sizes (uint32), or a list of
+        bytes.  Returns how many went out."""
+        if lens is None:
+            items = list(payloads)
+            lens = np.fromiter((len(p) for p in items), np.uint32, len(items))
+            payloads = b"".join(items)
+        lens = np.ascontiguousarray(lens, dtype=np.uint32)
+        if labels is not None:
+            labels = np.ascontiguousarray(labels, dtype=np.uint64)
+        return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels)
+
+    # ---- receiving ------------------------------------------------------
+    def recv_batch(self, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
+        buf = buf if buf is not None else bytearray(max(len(self._buf), self.config.mtu * max_n))
+        k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf)
+        return Batch(k, s, i, q, lab, t, off, ln, buf)
+
+    def receive(self, timeout: Optional[float] = None) -> Optional[Message]:
+        """The next message, waiting up to timeout seconds (None: forever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._batch is not None and self._bi < self._batch.count:
+                b, i = self._batch, self._bi
+                self._bi += 1
+                lab = int(b.labels[i])
+                return Message(int(b.senders[i]), int(b.incs[i]), int(b.seqs[i]),
+                               None if lab == NOLABEL else lab, b.payload(i), int(b.rx_times[i]))
+            self._batch = self.recv_batch(4096, bytearray(len(self._buf)))
+            self._bi = 0
+            if self._batch.count:
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            self.transport.wait(-1 if left is None else min(left, 0.1) if self.transport else left)
+
+    def __iter__(self):
+        while not self._closed:
+            m = self.receive(timeout=0.1)
+            if m is not None:
+                yield m
+
+    async def areceive(self) -> Message:
+        """Await the next message (asyncio)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            m = self.receive(timeout=0)
+            if m is not None:
+                return m
+            fut = loop.create_future()
+            fd = self.transport.fileno
+
+            def ready():
+                if not fut.done():
+                    fut.set_result(None)
+
+            loop.add_reader(fd, ready)
+            try:
+                await asyncio.wait_for(fut, 0.1)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                loop.remove_reader(fd)
+            self.transport.clear_signal()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._closed:
+            raise StopAsyncIteration
+        return await self.areceive()
+
+    def on_message(self, callback: Callable[[Message], None]):
+        """Call callback(msg) for every delivery, from a dispatcher thread."""
+        self._callbacks.append(callback)
+        if self._dispatcher is None:
+            self._dispatcher = threading.Thread(target=self._dispatch, name="rpbcast-dispatch", daemon=True)
+            self._dispatcher.start()
+
+    def _dispatch(self):
+        while not self._closed:
+            m = self.receive(timeout=0.1)
+            if m is None:
+                continue
+            for cb in list(self._callbacks):
+                cb(m)
+
+    # ---- membership -----------------------------------------------------
+    def members(self):
+        self.transport.lock()
+        try:
+            return [(m.node_id, netaddr.fmt_addr(m.addr) if m.addr else None, m.status, m.role)
+                    for m in self.engine.members.entries()]
+        finally:
+            self.transport.unlock()
+
+    # ---- state ----------------------------------------------------------
+    def stats(self) -> dict:
+        return self.transport.stats()
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        self.transport.close()
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout=1)
+        if self.engine.logger is not None:
+            self.engine.logger.log.sync()
+            self.engine.logger.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                self.transport.stop()
+        except Exception:
+            pass
+
+
+class Logger(Node):
+    """A logger service: keeps every message on disk in log_dir and serves
+    repairs and late joiners from it."""
+
+    def __init__(self, config: Config, *, start: bool = True):
+        super().__init__(config.replace(role="logger"), start=start)
