@@ -43,6 +43,12 @@ static int close_open(rp_outbox_t *o, int k) {
         o->dcap = nc;
     }
     size_t len = rp_dgb_finish(&o->b[k]);
+    o->open[k] = 0;
+    if (len == 0) {                 /* nothing in it: nothing to send */
+        if (o->boff[k] + o->mtu == o->used)
+            o->used = o->boff[k];
+        return RP_OK;
+    }
     o->d[o->n].dest = o->bdest[k];
     o->d[o->n].off = (uint32_t)o->boff[k];
     o->d[o->n].len = (uint32_t)len;

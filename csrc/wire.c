@@ -23,7 +23,7 @@ static const uint8_t known_flags[RP_T__COUNT] = {
     [RP_T_REPAIR] = RP_MF_LABEL | RP_MF_FROM_LOGGER,
     [RP_T_HEARTBEAT] = RP_MF_IDLE | RP_MF_FIRST,
     [RP_T_GOSSIP] = 0,
-    [RP_T_HBLIST] = RP_MF_REPLY | RP_MF_PUSH,
+    [RP_T_HBLIST] = RP_MF_REPLY | RP_MF_PUSH | RP_MF_VECTOR,
     [RP_T_RTX] = 0,
     [RP_T_GCNOTE] = 0,
     [RP_T_LOGACK] = 0,
@@ -56,7 +56,13 @@ int rp_secit_next(rp_secit_t *it, uint8_t *kind, uint8_t *flags, const uint8_t *
     return 1;
 }
 
-static int check_section(uint8_t kind, const uint8_t *d, size_t l) {
+/* One section of a known kind.  Sections define no flags in v1: a known
+ * kind with any flag bit set is rejected, for the same reason as unknown
+ * message flags (a later meaning must not be silently misread).  Unknown
+ * kinds are skipped by readers, whatever their flags. */
+static int check_section(uint8_t kind, uint8_t flags, const uint8_t *d, size_t l) {
+    if (kind >= RP_SEC_MISSING && kind <= RP_SEC_LIVE && flags != 0)
+        return -1;
     switch (kind) {
     case RP_SEC_MISSING: {
         if (l < 8)
@@ -84,7 +90,8 @@ static int check_section(uint8_t kind, const uint8_t *d, size_t l) {
 }
 
 /* A body made only of well-formed sections.  `only_missing` restricts the
- * kinds to MISSING (RTX, GCNOTE, GAPNOTE carry nothing else). */
+ * known kinds to MISSING (RTX, GCNOTE, GAPNOTE carry no LASTSEEN, STABILITY
+ * or LIVE); unknown kinds are skipped there as everywhere else. */
 static int check_sections(const uint8_t *p, size_t len, int only_missing) {
     rp_secit_t it;
     rp_secit_init(&it, p, len);
@@ -93,9 +100,9 @@ static int check_sections(const uint8_t *p, size_t len, int only_missing) {
     uint16_t l;
     int r;
     while ((r = rp_secit_next(&it, &kind, &fl, &d, &l)) == 1) {
-        if (only_missing && kind != RP_SEC_MISSING)
+        if (only_missing && kind >= RP_SEC_LASTSEEN && kind <= RP_SEC_LIVE)
             return -1;
-        if (check_section(kind, d, l))
+        if (check_section(kind, fl, d, l))
             return -1;
     }
     return r == 0 ? 0 : -1;
@@ -113,7 +120,8 @@ int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t 
         break;
     case RP_T_DATA:
     case RP_T_REPAIR:
-        ok = !(flags & RP_MF_LABEL) || len >= 8;
+        /* A label of 2^64-1 is reserved: it means "no label" internally. */
+        ok = !(flags & RP_MF_LABEL) || (len >= 8 && rp_ld64(body) != UINT64_MAX);
         break;
     case RP_T_HEARTBEAT:
         ok = (flags & RP_MF_FIRST) ? len == 8 : len == 0;
@@ -206,6 +214,11 @@ int rp_wire_parse(const uint8_t *buf, size_t len, size_t max_len, rp_dghdr_t *h,
         if ((size_t)(end - p) < m->len)
             return RP_WR_BODY_TRUNC;
         m->body = p;
+        /* Header checks in the order type, seq, flags: whether seq is
+         * range-checked depends on the type, so an unknown type is reported
+         * as TYPE whatever its seq. */
+        if (m->type >= RP_T__COUNT)
+            return RP_WR_TYPE;
         if (m->seq >= RP_SEQ_LIMIT && m->type != RP_T_PING && m->type != RP_T_PONG)
             return RP_WR_SEQ;
         int r = rp_wire_check_body(m->type, m->flags, p, m->len);
@@ -277,7 +290,7 @@ void rp_dgb_trim_last(rp_dgb_t *b, size_t body_len) {
 int rp_dgb_pad_to(rp_dgb_t *b, size_t size) {
     size_t cur = b->len + b->mac_len;
     if (cur == size)
-        return 0;
+        return b->count ? 0 : -1;   /* a datagram needs at least one message */
     if (cur > size || size - cur < RP_MSG_HDR || size > b->cap)
         return -1;
     uint8_t *body = rp_dgb_add(b, RP_T_PAD, 0, 0, 0, 0, 0, size - cur - RP_MSG_HDR);
@@ -288,6 +301,8 @@ int rp_dgb_pad_to(rp_dgb_t *b, size_t size) {
 }
 
 size_t rp_dgb_finish(rp_dgb_t *b) {
+    if (b->count == 0)
+        return 0;           /* count 0 is invalid on the wire (COUNT) */
     rp_st16(b->buf + 16, b->count);
     if (b->mac_len) {
         b->buf[3] |= RP_DGF_MAC;

@@ -21,7 +21,7 @@
 #define RP_MSG_HDR         24
 #define RP_WIRE_MAX_DGRAM  65507        /* largest UDP/IPv4 payload */
 #define RP_WIRE_MAX_MAC    64
-#define RP_WIRE_MAX_MSGS   2730         /* 65507 / 24 */
+#define RP_WIRE_MAX_MSGS   2730         /* bound for arrays; at most (65507-24)/24 = 2728 fit */
 
 /* Datagram flags. */
 #define RP_DGF_MAC         0x01         /* MAC trailer of mac_len bytes */
@@ -34,10 +34,12 @@ enum {
     RP_T_REPAIR    = 2,   /* retransmitted data (from a peer or a logger) */
     RP_T_HEARTBEAT = 3,   /* seq = last seq sent by (sender, inc) */
     RP_T_GOSSIP    = 4,   /* negative gossip: sections (missing, lastseen, stability, live) */
-    RP_T_HBLIST    = 5,   /* heartbeat list: (sender, inc, last seq) entries */
+    RP_T_HBLIST    = 5,   /* heartbeat list: (sender, inc, last seq) entries;
+                             aux = 0 idle list, 1 sponsor's t_join vector */
     RP_T_RTX       = 6,   /* retransmission request (logger phase): MISSING sections */
     RP_T_GCNOTE    = 7,   /* "garbage collected here, ask a logger": MISSING sections */
-    RP_T_LOGACK    = 8,   /* logger acknowledges (sender, inc): every seq < seq is logged */
+    RP_T_LOGACK    = 8,   /* logger acknowledges (sender, inc): every seq < seq is logged;
+                             body empty or a digest of further logged seqs */
     RP_T_JOIN      = 9,   /* join request; seq = freshness; body = member entry */
     RP_T_LEAVE     = 10,  /* leave request; seq = freshness */
     RP_T_MEMBERS   = 11,  /* membership list: member entries */
@@ -46,8 +48,8 @@ enum {
     RP_T_PURGED    = 14,  /* FIFO-SRB: (seq, superseded-by) pairs of (sender, inc) */
     RP_T_WINDOW    = 15,  /* FIFO-SRB: sender window empty below seq; aux = w */
     RP_T_SEQBLOCK  = 16,  /* sequence block check-out with a logger */
-    RP_T_PING      = 17,  /* RTT probe; body = u64 timestamp */
-    RP_T_PONG      = 18,  /* RTT probe answer; body = echoed timestamp */
+    RP_T_PING      = 17,  /* RTT probe; seq = nonce (any u64); body = u64 timestamp */
+    RP_T_PONG      = 18,  /* RTT probe answer; seq and body echoed */
     RP_T__COUNT    = 19
 };
 
@@ -58,10 +60,15 @@ enum {
 #define RP_MF_FIRST        0x02   /* HEARTBEAT: body = u64 first seq of this incarnation */
 #define RP_MF_REPLY        0x01   /* HBLIST/MEMBERS/SEQBLOCK: an answer */
 #define RP_MF_PUSH         0x02   /* HBLIST/MEMBERS: pushed because the target is behind */
-#define RP_MF_LOST         0x01   /* GAPNOTE: lost (sender crashed) rather than never sent */
+#define RP_MF_VECTOR       0x04   /* HBLIST: a sponsor's vector (every stream's latest seq),
+                                     not the idle list the heartbeat signature covers */
+#define RP_MF_LOST         0x01   /* GAPNOTE: sent but lost for good (the sender's incarnation
+                                     died), rather than never sent or collected from a log */
 
 /* GOSSIP / RTX / GCNOTE / GAPNOTE body sections: u8 kind, u8 flags,
- * u16 length, data. */
+ * u16 length, data.  No section defines flags in v1 (a known kind with flags
+ * set is malformed); unknown kinds are skipped.  RTX/GCNOTE/GAPNOTE accept
+ * MISSING and unknown kinds only. */
 #define RP_SEC_HDR         4
 enum {
     RP_SEC_MISSING   = 1,  /* u32 sender, u32 inc, digest */
@@ -176,11 +183,13 @@ RP_INLINE size_t rp_dgb_room(const rp_dgb_t *b) {
 void rp_dgb_trim_last(rp_dgb_t *b, size_t body_len);
 
 /* Pad with a PAD message so the datagram is exactly `size` bytes (for GSO).
- * Returns 0, or -1 if it cannot (already larger, or the gap is smaller than
- * a message header). */
+ * Returns 0, or -1 if it cannot (already larger, larger than cap, the gap is
+ * 1..23 bytes -- smaller than a message header -- or the datagram would be
+ * exactly `size` bytes with no message in it). */
 int rp_dgb_pad_to(rp_dgb_t *b, size_t size);
 
-/* Write the count (and zeroed MAC room); returns the datagram length. */
+/* Write the count (and zeroed MAC room); returns the datagram length, or 0
+ * if no message was added (a datagram with count 0 is invalid). */
 size_t rp_dgb_finish(rp_dgb_t *b);
 
 #endif

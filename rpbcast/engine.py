@@ -36,9 +36,13 @@ from rpbcast.selection import choose
 NS = 1_000_000_000
 T = wire.MsgType
 
-# HBLIST aux values: what the (sender, inc, seq) entries mean.
-HB_IDLE = 0       # senders idle at seq (the list the heartbeat signature covers)
-HB_VECTOR = 1     # every sender's latest seq (a sponsor's t_join vector)
+# trace event codes (csrc/trace.h, docs/traces.md)
+EV_GOSSIP_OUT, EV_GOSSIP_IN, EV_RTX_REQ, EV_GCNOTE, EV_HEARTBEAT, EV_MEMBER = 6, 7, 8, 10, 11, 12
+
+# HBLIST kinds: the idle list the heartbeat signature covers, or (flag
+# VECTOR) a sponsor's vector of every stream's latest seq (t_join).
+HB_IDLE = 0
+HB_VECTOR = wire.F_VECTOR
 
 SEC_BUDGET_SLACK = 16
 
@@ -97,6 +101,7 @@ class Engine:
         self.next_report = now + _ns(cfg.logger_report_interval)
         self.idle_announced = -1          # next_seq value the idle heartbeat covered
         self.gossip_seq = 0
+        self._now = now
         self._start_slot = 0
         self._next_hist = {}
         self.pings = {}
@@ -105,6 +110,8 @@ class Engine:
         self.logger_acks = {}             # logger id -> own frontier it holds
         self._ack_progress_t = now
         self._update_hold_send()
+
+        self.extensions = []
 
         self.logger = None
         if self.is_logger:
@@ -136,6 +143,17 @@ class Engine:
         self.node.hold_send = bool(self.members.loggers())
 
     # ------------------------------------------------------------------ API
+    def add_extension(self, ext):
+        self.extensions.append(ext)
+        ext.attach(self)
+        return ext
+
+    def _event(self, *ev):
+        self.events.append(ev)
+        if ev[0] == "member":
+            for x in self.extensions:
+                x.on_member(ev[1], ev[2], self._now)
+
     def set_addr(self, addr: int):
         """The transport bound our unicast socket: this is where peers reach us."""
         self.cfg = self.cfg.replace(addr=addr)
@@ -203,10 +221,15 @@ class Engine:
             t.append(self._ack_progress_t + _ns(self.cfg.logger_retx_timeout))
         if self.logger is not None:
             t.append(self.logger.get_timer())
+        for x in self.extensions:
+            xt = x.get_timer()
+            if xt is not None:
+                t.append(xt)
         return min(t)
 
     def handle_timer(self, now: int):
         cfg = self.cfg
+        self._now = now
         if now >= self.next_gossip:
             self._gossip_round(now)
             jitter = self._gossip_ns // 10
@@ -230,12 +253,17 @@ class Engine:
                 and now - self.node.last_publish >= _ns(cfg.idle_after)):
             self.node.send_heartbeat(True)
             self.idle_announced = self.node.next_seq
+            self.node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, self.node.next_seq - 1, 0, 0, 0)
         # resend to a logger what no logger acknowledged (§3.1)
         if (self.members.loggers() and self.node.acked < self.node.next_seq
                 and now - self._ack_progress_t >= _ns(cfg.logger_retx_timeout)):
             self._resend_to_loggers(now)
         if self.logger is not None:
             self.logger.on_timer(now)
+        for x in self.extensions:
+            xt = x.get_timer()
+            if xt is not None and now >= xt:
+                x.on_timer(now)
 
     # ------------------------------------------------------------------ gossip
     def _targets(self, now):
@@ -306,10 +334,13 @@ class Engine:
         secs, nids = self._missing_sections(phase, budget) if with_missing else ([], 0)
         if self.logger is not None:
             extra += self.logger.gossip_sections(budget - sum(len(s) for s in secs))
+        for x in self.extensions:
+            extra += x.gossip_sections(target, budget - sum(len(s) for s in secs + extra), now)
         body = wire.gossip_body(self.node.hb_signature, self.members.signature, now & (2**64 - 1),
                                 secs + extra)
         self.gossip_seq += 1
         self._emit(target.addr, T.GOSSIP, body, seq=self.gossip_seq)
+        self.node.trace_event(now, EV_GOSSIP_OUT, 0, 0, self.gossip_seq, len(body), target.node_id, nids)
         return nids
 
     def _gossip_round(self, now):
@@ -317,6 +348,8 @@ class Engine:
         node.round(self.cfg.gc_limit, self.cfg.gossip_buffer_bytes)
         node.clear_inflight()
         self._gossip_phase_timeout()
+        for x in self.extensions:
+            x.on_round(now)
         if self.status not in (MEMBER, PENDING_LEAVE):
             return
         target = self._pick_target(now)
@@ -364,6 +397,7 @@ class Engine:
         body = wire.gossip_body(node.hb_signature, self.members.signature, now & (2**64 - 1), secs)
         self.gossip_seq += 1
         self._emit(target.addr, T.GOSSIP, body, seq=self.gossip_seq)
+        node.trace_event(now, EV_GOSSIP_OUT, 0, 0, self.gossip_seq, len(body), target.node_id, nids)
         self.last_nack = now
 
     def _after_rx(self, now):
@@ -375,6 +409,8 @@ class Engine:
                 self.next_nack = due
         if self.logger is not None:
             self.logger.after_rx(now)
+        for x in self.extensions:
+            x.after_rx(now)
 
     def _logger_phase_rtx(self, now):
         """Logger phase: ask a logger for everything a GcNOTE moved there
@@ -402,6 +438,7 @@ class Engine:
         if secs:
             lg = loggers[self.rng.randrange(len(loggers))]
             self._emit(lg.addr, T.RTX, b"".join(secs))
+            node.trace_event(now, EV_RTX_REQ, 0, 0, 0, used, lg.node_id, len(secs))
 
     def _loggerless_rtx(self, now):
         """Without loggers the last resort is the original sender; what it no
@@ -451,12 +488,17 @@ class Engine:
 
     # ------------------------------------------------------------------ control
     def _control(self, now):
+        self._now = now
         for msg in self.node.take_control():
             type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
             self.members.heard(source, now)
             h = self._handlers.get(type_)
             if h is not None:
                 h(self, msg, now)
+            else:
+                for x in self.extensions:
+                    if x.on_message(msg, now):
+                        break
 
     def _sections_intervals(self, body):
         """[(sender, inc, intervals)] of a MISSING-sections body."""
@@ -476,6 +518,7 @@ class Engine:
         type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
         hb, mem, ts, secs = wire.read_gossip(body)
         node = self.node
+        node.trace_event(now, EV_GOSSIP_IN, 0, 0, seq, len(body), source, 0)
         gc_secs = []
         for kind, _, data in secs:
             if kind == wire.Section.MISSING:
@@ -491,10 +534,12 @@ class Engine:
                     self.logger.on_request(s, i, iv, src, now)
             elif kind == wire.Section.LASTSEEN:
                 self._on_lastseen(source, data, now)
-            elif self.logger is not None or kind in (wire.Section.STABILITY, wire.Section.LIVE):
+            else:
                 self._on_extra_section(source, kind, data, now)
         for s, i, gc in gc_secs:
             self._send_gcnote(src, s, i, gc)
+            node.trace_event(now, EV_GCNOTE, s, i, int(gc[0][0]), sum(int(b) - int(a) + 1 for a, b in gc),
+                             source, 0)
         if hb != node.hb_signature:
             entries = node.idle_entries()
             self._send_hblist(src, entries, wire.F_REPLY, HB_IDLE)
@@ -504,6 +549,8 @@ class Engine:
     def _on_extra_section(self, source, kind, data, now):
         if self.logger is not None:
             self.logger.on_section(source, kind, data, now)
+        for x in self.extensions:
+            x.on_section(source, kind, data, now)
 
     def _on_lastseen(self, source, data, now):
         entries = [struct.unpack_from("<IIQ", data, o) for o in range(0, len(data), 16)]
@@ -541,13 +588,14 @@ class Engine:
                 break
             frm = cov + 1
 
-    def _send_hblist(self, dest, entries, flags, aux):
+    def _send_hblist(self, dest, entries, flags, kind):
         per = (self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR) // 16
+        flags |= kind
         if not entries:
-            self._emit(dest, T.HBLIST, b"", flags=flags, aux=aux)
+            self._emit(dest, T.HBLIST, b"", flags=flags)
             return
         for k in range(0, len(entries), per):
-            self._emit(dest, T.HBLIST, wire.hb_entries(entries[k:k + per]), flags=flags, aux=aux)
+            self._emit(dest, T.HBLIST, wire.hb_entries(entries[k:k + per]), flags=flags)
 
     def _send_members(self, dest, members, flags):
         per = (self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR) // wire.MEMBER_ENTRY
@@ -559,21 +607,22 @@ class Engine:
         type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
         entries = wire.read_hb_entries(body)
         node = self.node
+        vector = bool(flags & wire.F_VECTOR)
         theirs = {}
         for s, i, q in entries:
             theirs[(s, i)] = q
             if s == self.id and i == self.inc:
                 continue
-            if aux == HB_VECTOR and self.status == PENDING_JOIN and not self.t_join_taken:
+            if vector and self.status == PENDING_JOIN and not self.t_join_taken:
                 # A sponsor's vector: t_join.  We answer for what comes after.
                 base = 0 if self.cfg.catch_up else q + 1
                 node.peer(s, i, base)
                 continue
             slot = node.peer(s, i, 0)
-            node.heartbeat(slot, q, aux == HB_IDLE, now)
-        if aux == HB_VECTOR and self.status == PENDING_JOIN:
+            node.heartbeat(slot, q, not vector, now)
+        if vector and self.status == PENDING_JOIN:
             self.t_join_taken = True
-        if flags & wire.F_REPLY and aux == HB_IDLE:
+        if flags & wire.F_REPLY and not vector:
             push = [e for e in node.idle_entries() if theirs.get((e[0], e[1]), -1) < e[2]]
             if push:
                 self._send_hblist(src, push, wire.F_PUSH, HB_IDLE)
@@ -582,6 +631,7 @@ class Engine:
     def _on_gcnote(self, msg, now):
         node = self.node
         moved = 0
+        node.trace_event(now, EV_GCNOTE, msg[2], msg[3], 0, len(msg[6]), msg[7], 1)
         source = msg[7]
         loggerless = not self.is_logger and not self.members.loggers()
         for s, i, iv in self._sections_intervals(msg[6]):
@@ -680,12 +730,14 @@ class Engine:
         if self.status != MEMBER:
             return
         (m,) = self._read_members(body)
+        if m.node_id != sender or m.inc != inc or m.freshness != seq:
+            return                  # header and entry disagree: not a JOIN we can trust
         if m.addr == 0:
             m.addr = src
         m.status = MEMBER
         m.last_heard = now
         if self.members.upsert(m):
-            self.events.append(("member", m.node_id, "joined"))
+            self._event("member", m.node_id, "joined")
             if m.is_logger:
                 self._update_hold_send()
         # Sponsor: our list (with the joiner in it) and our t_join vector.
@@ -705,7 +757,7 @@ class Engine:
             return
         m = Member(sender, inc, NOT_MEMBER, cur.role, cur.addr, cur.rank, seq, cur.lastseq)
         if self.members.upsert(m):
-            self.events.append(("member", sender, "left"))
+            self._event("member", sender, "left")
         self._send_members(src, self.members.entries(), wire.F_REPLY)
 
     def _on_members(self, msg, now):
@@ -722,8 +774,8 @@ class Engine:
             if self.members.upsert(m):
                 changed = True
                 if m.status != was:
-                    self.events.append(("member", m.node_id,
-                                        {MEMBER: "joined", NOT_MEMBER: "left"}.get(m.status, "changed")))
+                    self._event("member", m.node_id,
+                                {MEMBER: "joined", NOT_MEMBER: "left"}.get(m.status, "changed"))
         me = next((m for m in entries if m.node_id == self.id and m.inc == self.inc), None)
         if me is not None and me.freshness == self.freshness:
             sm = self.members.get(source)

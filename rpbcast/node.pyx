@@ -561,6 +561,16 @@ cdef class Node:
                 for i in range(RP_T__COUNT)
                 if self.n.msgs_in[i] or self.n.msgs_out[i]}
 
+    def trace_event(self, int64_t t, uint8_t ev, uint32_t sender, uint32_t inc, uint64_t seq,
+                    uint32_t size, uint64_t peer, uint32_t aux):
+        """Record a control-plane event (no-op unless tracing)."""
+        if self.n.tracing:
+            rp_trace(&self.n.trace, t, ev, sender, inc, seq, size, peer, aux)
+
+    @property
+    def tracing(self):
+        return bool(self.n.tracing)
+
     def take_trace(self):
         """Recorded trace events as a dict of NumPy columns; clears them."""
         cdef size_t k = self.n.trace.n

@@ -81,6 +81,7 @@ F_IDLE = 0x01
 F_FIRST = 0x02
 F_REPLY = 0x01
 F_PUSH = 0x02
+F_VECTOR = 0x04
 F_LOST = 0x01
 DGF_MAC = RP_DGF_MAC
 
@@ -174,6 +175,8 @@ cdef class Builder:
         return True
 
     def pad_to(self, size_t size):
+        """Add a PAD message so the datagram is exactly ``size`` bytes;
+        False if it cannot (see rp_dgb_pad_to)."""
         return rp_dgb_pad_to(&self.b, size) == 0
 
     @property
@@ -189,7 +192,11 @@ cdef class Builder:
         return self.b.len
 
     def finish(self):
+        """The datagram; raises ValueError if no message was added (a
+        datagram with count 0 is invalid on the wire)."""
         cdef size_t n = rp_dgb_finish(&self.b)
+        if n == 0:
+            raise ValueError("a datagram needs at least one message")
         return bytes(self.buf[:n])
 
 
