@@ -732,6 +732,36 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
     return k;
 }
 
+uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below) {
+    uint64_t *from;
+    if (slot == RP_SELF_SLOT) {
+        from = &n->own_stable;
+        if (below > n->next_seq)
+            below = n->next_seq;
+    } else {
+        rp_peer_t *p = rp_node_peer_at(n, slot);
+        if (!p)
+            return 0;
+        from = &p->stable_below;
+        if (below > p->st.next)
+            below = p->st.next;
+    }
+    uint64_t k = 0;
+    uint32_t holds = RP_MS_GOSSIP | (slot == RP_SELF_SLOT ? RP_MS_SEND : 0);
+    for (uint64_t s = *from; s < below; s++) {
+        int64_t t = rp_mstore_find(&n->store, slot, s);
+        if (t >= 0) {
+            rp_mstore_release(&n->store, (uint64_t)t, holds);
+            k++;
+        }
+    }
+    if (below > *from)
+        *from = below;
+    if (slot == RP_SELF_SLOT && below > n->acked)
+        n->acked = below;       /* stable implies nobody (logger included) needs it */
+    return k;
+}
+
 uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes) {
     n->round++;
     return rp_mstore_gc(&n->store, n->round - gclimit, max_bytes);

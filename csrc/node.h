@@ -72,6 +72,7 @@ typedef struct {
     uint64_t gossip_cursor;    /* where the next digest starts (rotation) */
     int64_t last_heard;        /* ns */
     uint64_t addr;             /* where its DATA comes from (its unicast address) */
+    uint64_t stable_below;     /* every seq below it is stable (released) */
     rp_srbq_t *q;              /* FIFO / FIFO-SRB queue, or NULL */
     uint8_t dead;              /* a newer incarnation of this id exists */
     uint64_t rx_new, rx_fill, rx_dup;
@@ -106,6 +107,7 @@ typedef struct {
     /* own stream */
     uint64_t next_seq;
     uint64_t acked;            /* every own seq < acked is logged */
+    uint64_t own_stable;       /* every own seq < own_stable is stable */
     int64_t last_publish;
     rp_srbw_t *srbw;
     /* peers */
@@ -216,6 +218,12 @@ int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64
 
 /* Give up on [lo, hi] of a peer (lost, purged, or not wanted any more). */
 int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
+
+/* Stability (GSGC): every seq < below of `slot` (RP_SELF_SLOT: our own
+ * stream) has reached every live member.  Drops those messages' gossip-
+ * buffer hold and, for our own stream, the send-buffer hold: nobody can need
+ * them any more.  Returns entries released. */
+uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below);
 
 /* Gossip-round tick: age the gossip buffer (drop entries older than
  * gclimit rounds, and beyond max_bytes). */

@@ -254,7 +254,10 @@ class Engine:
             self.node.send_heartbeat(True)
             self.idle_announced = self.node.next_seq
             self.node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, self.node.next_seq - 1, 0, 0, 0)
-        # resend to a logger what no logger acknowledged (§3.1)
+        # resend to a logger what no logger acknowledged (§3.1); the clock
+        # for that starts when everything was last acknowledged
+        if self.node.acked >= self.node.next_seq:
+            self._ack_progress_t = now
         if (self.members.loggers() and self.node.acked < self.node.next_seq
                 and now - self._ack_progress_t >= _ns(cfg.logger_retx_timeout)):
             self._resend_to_loggers(now)

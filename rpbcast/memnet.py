@@ -74,11 +74,11 @@ class MemNet:
     def _arm(self, addr):
         if addr in self.down:
             return
-        t = self.engines[addr].get_timer()
+        t = max(self.engines[addr].get_timer(), self.now)   # a timer in the past fires now
         cur = self._timer_at.get(addr)
         if cur is None or t < cur:
             self._timer_at[addr] = t
-            self._push(max(t, self.now), EV_TIMER, addr)
+            self._push(t, EV_TIMER, addr)
 
     def _delay(self):
         return self.latency + (self.rng.randrange(self.jitter) if self.jitter else 0)

@@ -448,6 +448,12 @@ cdef class Node:
             raise IndexError(slot)
         p.gossip_cursor = v
 
+    def stable(self, uint32_t slot, uint64_t below):
+        """Stability: every seq < below of slot (SELF_SLOT: our own stream)
+        reached every live member; release them from the gossip and send
+        buffers.  Returns entries released."""
+        return rp_node_stable(&self.n, slot, below)
+
     def round(self, uint32_t gclimit, uint64_t max_bytes=0):
         """One gossip round: age the gossip buffer.  Returns entries dropped."""
         return rp_node_round(&self.n, gclimit, max_bytes)

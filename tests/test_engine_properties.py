@@ -112,5 +112,5 @@ class GroupOnLossyChannel(RuleBasedStateMachine):
                         f"{'both' if q in delivered else 'neither'} delivered and missing (lastseen {nxt - 1})")
 
 
-GroupOnLossyChannel.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+GroupOnLossyChannel.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
 TestGroupOnLossyChannel = GroupOnLossyChannel.TestCase

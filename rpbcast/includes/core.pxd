@@ -426,6 +426,7 @@ cdef extern from "node.h" nogil:
     int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
     int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
     uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes)
+    uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below)
     void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst)
     size_t rp_node_recv(rp_node_t *n, size_t mx, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                         uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
