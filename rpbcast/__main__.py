@@ -1,0 +1,5 @@
+import sys
+
+from rpbcast.cli import main
+
+sys.exit(main())
