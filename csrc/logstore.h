@@ -30,9 +30,23 @@
 #define RP_LOG_MAX_PAYLOAD (1u << 20)
 
 uint32_t rp_crc32c(uint32_t crc, const void *data, size_t len);
+uint32_t rp_crc32c_sw(uint32_t crc, const void *data, size_t len);   /* table version, for tests */
+
+/* Positions of one stream's records by seq, in pages of RP_LPAGE entries
+ * allocated on demand: a record's lookup is two array indexings, and
+ * streams (mostly consecutive seqs) cost 8 bytes per record. */
+#define RP_LPAGE_BITS 12
+#define RP_LPAGE (1u << RP_LPAGE_BITS)
+
+typedef struct {
+    uint64_t **pages;           /* pages[k] covers seqs (first_page + k) << BITS ... */
+    uint64_t first_page, npages;
+    uint32_t *fill;             /* entries used per page */
+} rp_lpidx_t;
 
 typedef struct {
     uint32_t sender, inc;
+    rp_lpidx_t idx;             /* seq -> (segment no << 40 | offset) + 1, 0 = none */
     uint64_t gc_below;          /* records with seq < gc_below may go */
     uint64_t count;             /* records indexed */
     uint64_t min_seq, max_seq;  /* of indexed records (valid if count) */
@@ -59,7 +73,6 @@ typedef struct {
     rp_lstream_t *streams;
     uint32_t nstreams, stcap;
     rp_hmap_t sindex;           /* (sender<<32|inc) -> stream id */
-    rp_hmap_t index;            /* (seq, stream) -> segment no << 40 | offset */
     uint64_t appended, synced;  /* record counters */
     uint64_t bytes;
     /* recovery report */

@@ -106,7 +106,10 @@ def _socket_error_to_config(e: SocketError, cfg: Config, where: str):
 class Node:
     """A group member on real UDP sockets."""
 
-    def __init__(self, config: Config, *, start: bool = True, log=None):
+    def __init__(self, config: Config, *, start: bool = True, log=None, resume=None,
+                 trace: int = 0):
+        """resume: {(sender, inc): first seq wanted} for a restarted receiver;
+        trace: capacity of the event trace buffer (0 = off)."""
         cfg = config.validate()
         gip, gport = netaddr.parse_hostport(cfg.group_addr)
         bip, bport = netaddr.parse_hostport(cfg.bind)
@@ -124,6 +127,10 @@ class Node:
         ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
         self.config = cfg
         self.engine = Engine(ecfg, time.monotonic_ns(), log=log)
+        if resume:
+            self.engine.resume(resume)
+        if trace:
+            self.engine.node.enable_trace(trace)
         try:
             self.transport = Transport(
                 self.engine, group_ip=gip, group_port=gport, bind_ip=bip, bind_port=bport,
@@ -274,6 +281,14 @@ class Node:
             self.transport.unlock()
 
     # ---- state ----------------------------------------------------------
+    def take_trace(self):
+        """Recorded trace events (a dict of NumPy columns) or None."""
+        self.transport.lock()
+        try:
+            return self.engine.node.take_trace()
+        finally:
+            self.transport.unlock()
+
     def stats(self) -> dict:
         return self.transport.stats()
 

@@ -143,6 +143,14 @@ class Engine:
         self.node.hold_send = bool(self.members.loggers())
 
     # ------------------------------------------------------------------ API
+    def resume(self, bases):
+        """A restarted receiver: {(sender, inc): first seq still wanted}.
+        Earlier ids are not asked for; later ones are recovered from peers
+        and loggers like any gap."""
+        for (s, i), base in bases.items():
+            if (s, i) != (self.id, self.inc):
+                self.node.peer(s, i, base)
+
     def add_extension(self, ext):
         self.extensions.append(ext)
         ext.attach(self)

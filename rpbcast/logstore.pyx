@@ -18,6 +18,11 @@ def crc32c(const uint8_t[::1] data not None, uint32_t crc=0):
     return rp_crc32c(crc, &data[0] if data.shape[0] else NULL, data.shape[0])
 
 
+def crc32c_table(const uint8_t[::1] data not None, uint32_t crc=0):
+    """The portable table-driven CRC32C (the reference for the hardware path)."""
+    return rp_crc32c_sw(crc, &data[0] if data.shape[0] else NULL, data.shape[0])
+
+
 class LogError(OSError):
     pass
 

@@ -326,6 +326,7 @@ cdef extern from "logstore.h" nogil:
         RP_LOG_HDR
         RP_LOG_MAX_PAYLOAD
     uint32_t rp_crc32c(uint32_t crc, const void *data, size_t length)
+    uint32_t rp_crc32c_sw(uint32_t crc, const void *data, size_t length)
     ctypedef struct rp_lstream_t:
         uint32_t sender, inc
         uint64_t gc_below, count, min_seq, max_seq

@@ -1,0 +1,393 @@
+"""`rpbcast stress`: the main job.
+
+Starts a group on this host -- S senders, N receivers and L loggers, each a
+separate process -- sends at a target or the maximum rate for T seconds with
+injected loss, checks that every receiver delivered every message exactly
+once, and prints a summary (msgs/s, MB/s, one-way latency percentiles,
+repairs by peers vs loggers, overhead bytes per data byte).
+
+With root it runs inside a network namespace it creates (loopback multicast,
+kernel loss from an iptables `statistic` rule); without root it falls back to
+unicast fan-out on 127.0.0.1 with in-process loss.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+import numpy as np
+
+from rpbcast import netns
+from rpbcast.stress_worker import LAT_BINS
+
+
+def add_parsers(sub):
+    p = sub.add_parser("stress", help="the main job: a group on this host, line rate, loss, exactly-once check")
+    p.add_argument("--senders", type=int, default=1)
+    p.add_argument("--receivers", type=int, default=2)
+    p.add_argument("--loggers", type=int, default=1)
+    p.add_argument("--size", type=int, default=64, help="payload bytes (>= 8)")
+    p.add_argument("--rate", type=float, default=0, help="messages/s per sender (0 = as fast as possible)")
+    p.add_argument("--duration", type=float, default=3.0, help="seconds of sending")
+    p.add_argument("--loss", type=float, default=0.0, help="packet loss probability (e.g. 0.01)")
+    p.add_argument("--transport", choices=["auto", "multicast", "unicast"], default="auto",
+                   help="auto: multicast in a namespace with root, unicast fan-out otherwise")
+    p.add_argument("--no-gso", action="store_true", help="send one datagram per syscall entry (no UDP GSO)")
+    p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
+    p.add_argument("--gossip-interval", type=float, default=0.02)
+    p.add_argument("--kill-receiver", type=float, default=None, metavar="SECONDS",
+                   help="SIGKILL the first receiver this long after the start and restart it")
+    p.add_argument("--run-dir", default=None, help="where to write run.json, counters and traces")
+    p.add_argument("--trace", action="store_true", help="record per-node event traces (needs pyarrow)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for repairs after sending")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=main)
+
+
+class Proc:
+    def __init__(self, name, argv, events, log_path):
+        self.name = name
+        self.log = open(log_path, "w")
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                  text=True, bufsize=1)
+        self.events = events
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            ev["_proc"] = self.name
+            self.events.put(ev)
+        self.events.put({"event": "exit", "_proc": self.name, "code": self.p.wait()})
+
+    def send(self, **cmd):
+        try:
+            self.p.stdin.write(json.dumps(cmd) + "\n")
+            self.p.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def kill(self):
+        self.p.send_signal(signal.SIGKILL)
+        self.p.wait()
+
+
+def percentile(hist, q):
+    total = hist.sum()
+    if not total:
+        return None
+    c = np.cumsum(hist)
+    i = int(np.searchsorted(c, q * total))
+    if i == 0:
+        return float(LAT_BINS[0])
+    if i >= len(LAT_BINS):
+        return float(LAT_BINS[-1])
+    return float(np.sqrt(LAT_BINS[i - 1] * LAT_BINS[i]))   # geometric bin centre
+
+
+def fmt_ns(v):
+    if v is None:
+        return "-"
+    if v < 1e3:
+        return f"{v:.0f} ns"
+    if v < 1e6:
+        return f"{v / 1e3:.1f} us"
+    if v < 1e9:
+        return f"{v / 1e6:.2f} ms"
+    return f"{v / 1e9:.2f} s"
+
+
+def plan(args, use_ns):
+    """Node ids, addresses and roles."""
+    senders = list(range(1, args.senders + 1))
+    receivers = list(range(args.senders + 1, args.senders + args.receivers + 1))
+    loggers = list(range(args.senders + args.receivers + 1, args.senders + args.receivers + args.loggers + 1))
+    base = 17000 + (os.getpid() % 1000) * 20 if not use_ns else 17000
+    addrs = {i: f"127.0.0.1:{base + i}" for i in senders + receivers + loggers}
+    return senders, receivers, loggers, addrs
+
+
+def main(args):
+    if args.size < 8:
+        print("stress: --size must be at least 8 (the payload carries its send time)", file=sys.stderr)
+        return 2
+    use_ns = args.transport in ("auto", "multicast") and netns.available()
+    if args.transport == "multicast" and not use_ns:
+        print("stress: multicast mode needs root (it runs in its own network namespace); "
+              "use --transport unicast", file=sys.stderr)
+        return 2
+    transport = "multicast" if use_ns else "unicast"
+    loss_model = ("kernel (iptables statistic, namespace INPUT)" if use_ns else "in-process (receive side)") \
+        if args.loss else "none"
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_dir = args.run_dir or tempfile.mkdtemp(prefix="rpbcast-stress-")
+    os.makedirs(run_dir, exist_ok=True)
+    work = os.path.join(run_dir, "work")
+    os.makedirs(work, exist_ok=True)
+    senders, receivers, loggers, addrs = plan(args, use_ns)
+    members = [{"node_id": i, "addr": addrs[i], "role": "logger" if i in loggers else "member"}
+               for i in senders + receivers + loggers]
+    from rpbcast import netaddr
+    addr_to_node = {netaddr.addr_of(a): i for i, a in addrs.items()}
+    ns = netns.create() if use_ns else None
+    events = queue.Queue()
+    procs = {}
+    t_start = time.time()
+    try:
+        if ns and args.loss:
+            netns.set_loss(ns, 0.0)
+
+        def spawn(i, role, extra=None):
+            cfg = {"node_id": i, "bind": addrs[i], "members": members, "transport": transport,
+                   "gossip_interval": args.gossip_interval, "gso": not args.no_gso,
+                   "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
+                   "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
+                   "drop_rate": args.loss if (args.loss and not use_ns) else 0.0}
+            if role == "logger":
+                cfg["log_dir"] = os.path.join(work, f"log{i}")
+                cfg["fsync"] = "interval"
+            spec = {"role": role, "config": cfg, "size": args.size, "rate": args.rate,
+                    "duration": args.duration, "batch": args.batch, "run_dir": run_dir,
+                    "run_id": run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
+                    "addr_to_node": {str(k): v for k, v in addr_to_node.items()}}
+            if role == "receiver":
+                spec["checkpoint"] = os.path.join(work, f"recv{i}.npz")
+            spec.update(extra or {})
+            argv = [sys.executable, "-m", "rpbcast.stress_worker", json.dumps(spec)]
+            if ns:
+                argv = netns.exec_argv(ns, argv)
+            procs[i] = Proc(f"{role}{i}", argv, events, os.path.join(work, f"{role}{i}.err"))
+
+        for i in loggers:
+            spawn(i, "logger")
+        for i in receivers:
+            spawn(i, "receiver")
+        for i in senders:
+            spawn(i, "sender")
+        ready, finals, errors = {}, {}, []
+        incs = {}
+        deadline = time.time() + 30
+        while len(ready) < len(procs) and time.time() < deadline:
+            try:
+                ev = events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if ev["event"] == "ready":
+                ready[ev["id"]] = ev
+                incs[ev["id"]] = ev["inc"]
+            elif ev["event"] in ("error", "exit"):
+                errors.append(ev)
+                break
+        if errors or len(ready) < len(procs):
+            return report_failure(errors, work)
+        if ns and args.loss:
+            netns.set_loss(ns, args.loss)
+        at = time.monotonic_ns() + 300_000_000
+        for i in senders:
+            procs[i].send(cmd="start", at=at)
+        progress = {i: 0 for i in senders + receivers}
+        sent = {}
+        complete = set()
+        killed = False
+        expect_sent = False
+        tty = sys.stderr.isatty() and not args.quiet
+        last_draw = 0
+        send_end = None
+        wait_deadline = None
+        while True:
+            try:
+                ev = events.get(timeout=0.1)
+            except queue.Empty:
+                ev = None
+            now = time.time()
+            if ev is not None:
+                kind = ev["event"]
+                if kind == "progress":
+                    progress[ev["id"]] = ev.get("sent", ev.get("delivered", 0))
+                elif kind == "sent":
+                    sent[ev["id"]] = ev
+                elif kind == "complete":
+                    complete.add(ev["id"])
+                elif kind == "error":
+                    errors.append(ev)
+                elif kind == "exit" and ev["code"] not in (0, -9) and not ev["_proc"].startswith("receiver"):
+                    errors.append(ev)
+            if errors:
+                break
+            if (args.kill_receiver is not None and not killed and receivers
+                    and time.monotonic_ns() - at >= args.kill_receiver * 1e9):
+                victim = receivers[0]
+                procs[victim].kill()
+                time.sleep(0.2)
+                spawn(victim, "receiver")
+                killed = True
+            if len(sent) == len(senders) and not expect_sent:
+                expect = {f"{i}/{sent[i]['inc']}": sent[i]["count"] for i in senders}
+                for i in receivers:
+                    procs[i].send(cmd="expect", counts=expect)
+                expect_sent = True
+                send_end = now
+                wait_deadline = now + args.timeout
+            if expect_sent and killed and receivers[0] in procs and receivers[0] not in complete:
+                # a restarted receiver needs the expectation too
+                procs[receivers[0]].send(cmd="expect", counts=expect)
+            if expect_sent and complete >= set(receivers):
+                break
+            if wait_deadline and now > wait_deadline:
+                break
+            if tty and now - last_draw > 0.2:
+                draw(progress, senders, receivers, sent, now - t_start)
+                last_draw = now
+        if tty:
+            sys.stderr.write("\n")
+        if ns and args.loss:
+            dropped = netns.loss_counters(ns)
+            netns.set_loss(ns, 0.0)
+        else:
+            dropped = None
+        for p in procs.values():
+            p.send(cmd="stop")
+        deadline = time.time() + 20
+        while len(finals) < len(procs) and time.time() < deadline:
+            try:
+                ev = events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if ev["event"] == "final":
+                finals[ev["id"]] = ev
+            elif ev["event"] == "error":
+                errors.append(ev)
+        summary = summarize(args, senders, receivers, loggers, sent, finals, transport, loss_model, dropped,
+                            complete, send_end, t_start, killed)
+        summary["run_dir"] = run_dir
+        meta = {"run_id": run_id, "kind": "stress", "protocol": "rpbcast", "clock": "monotonic",
+                "nodes": [{"id": i, "role": "logger" if i in loggers else "member", "addr": addrs[i]} for i in addrs],
+                "senders": senders, "params": vars(args) | {"transport": transport, "loss_model": loss_model},
+                "summary": summary}
+        meta["params"].pop("func", None)
+        from rpbcast.tracefile import write_run_json
+        write_run_json(run_dir, meta)
+        if args.json:
+            print(json.dumps(summary, indent=1, default=str))
+        else:
+            print_summary(summary)
+        if errors:
+            return report_failure(errors, work)
+        return 0 if summary["exactly_once"] else 1
+    finally:
+        for p in procs.values():
+            if p.p.poll() is None:
+                p.kill()
+        if ns:
+            netns.delete(ns)
+        if not args.run_dir:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def draw(progress, senders, receivers, sent, elapsed):
+    s = sum(progress[i] for i in senders)
+    r = min((progress[i] for i in receivers), default=0)
+    total = sum(v["count"] for v in sent.values()) if len(sent) == len(senders) else None
+    width = 30
+    if total:
+        frac = min(r / total, 1.0) if total else 0
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        sys.stderr.write(f"\r  [{bar}] delivered {r:,}/{total:,} (slowest receiver)  {elapsed:5.1f}s ")
+    else:
+        sys.stderr.write(f"\r  sending: {s:,} published, slowest receiver {r:,}  {elapsed:5.1f}s ")
+    sys.stderr.flush()
+
+
+def summarize(args, senders, receivers, loggers, sent, finals, transport, loss_model, dropped, complete,
+              send_end, t_start, killed):
+    total_sent = sum(v["count"] for v in sent.values())
+    send_secs = max((v["seconds"] for v in sent.values()), default=0)
+    recv = [finals[i] for i in receivers if i in finals]
+    rates = [f["rate"] for f in recv]
+    hist = np.sum([np.array(f["hist"]) for f in recv], axis=0) if recv else np.zeros(1)
+    bad = {}
+    for f in recv:
+        for k, c in f["check"].items():
+            if c["missing"] or c["duplicates"] or c["unexpected"]:
+                bad[f"receiver {f['id']} sender {k}"] = c
+    # Repairs and overhead from the nodes' counters.
+    def tot(key, ids):
+        return sum(finals[i]["stats"].get(key, 0) for i in ids if i in finals)
+    data_bytes = repair_bytes = other_bytes = 0
+    for i, f in finals.items():
+        for t, (mi, bi, mo, bo) in f["stats"].get("traffic", {}).items():
+            if t == "data":
+                data_bytes += bo
+            elif t == "repair":
+                repair_bytes += bo
+            elif t != "pad":
+                other_bytes += bo
+    return {
+        "transport": transport, "loss": args.loss, "loss_model": loss_model,
+        "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
+        "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
+        "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
+        "mb_s_min": (min(rates) * args.size / 1e6) if rates else 0,
+        "latency_p50": percentile(hist, 0.50), "latency_p99": percentile(hist, 0.99),
+        "latency_p999": percentile(hist, 0.999), "latency_max": percentile(hist, 1.0),
+        "repairs_peer": tot("repairs_peer", receivers), "repairs_logger": tot("repairs_logger", receivers),
+        "gaps": tot("gaps", receivers), "served_by_loggers": tot("served", loggers),
+        "overhead_per_data_byte": other_bytes / data_bytes if data_bytes else None,
+        "repair_bytes_per_data_byte": repair_bytes / data_bytes if data_bytes else None,
+        "exactly_once": not bad and len(recv) == len(receivers) and all(i in complete for i in receivers),
+        "problems": bad, "receivers_complete": sorted(complete), "receiver_killed": killed,
+        "repair_tail_s": None,
+        "wall_s": time.time() - t_start,
+    }
+
+
+def print_summary(s):
+    ok = "yes" if s["exactly_once"] else "NO"
+    lines = [
+        f"rpbcast stress: {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
+        f"{s['size']} B messages, {s['transport']}",
+        f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
+        f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
+        f"  received        {s['recv_rate_min']:,.0f} msgs/s (slowest receiver), {s['mb_s_min']:.1f} MB/s",
+        f"  latency         p50 {fmt_ns(s['latency_p50'])}, p99 {fmt_ns(s['latency_p99'])}, p99.9 {fmt_ns(s['latency_p999'])}",
+        f"  repairs         {s['repairs_peer']:,} by peers, {s['repairs_logger']:,} by loggers ({s['gaps']:,} gaps)",
+        (f"  overhead        {s['overhead_per_data_byte']:.4f} control bytes and "
+         f"{s['repair_bytes_per_data_byte']:.4f} repair bytes per data byte")
+        if s["overhead_per_data_byte"] is not None else "  overhead        -",
+        f"  exactly once    {ok}" + ("" if s["exactly_once"] else f": {json.dumps(s['problems'])[:400]}"),
+    ]
+    if s.get("receiver_killed"):
+        lines.append("  a receiver was killed (SIGKILL) and restarted during the run")
+    print("\n".join(lines))
+
+
+def report_failure(errors, work):
+    for e in errors:
+        print(f"stress: {e.get('_proc')}: {e.get('error') or 'exited with ' + str(e.get('code'))}", file=sys.stderr)
+        if e.get("tb"):
+            print(e["tb"], file=sys.stderr)
+        name = e.get("_proc")
+        if name:
+            try:
+                with open(os.path.join(work, f"{name}.err")) as f:
+                    tail = f.read()[-2000:]
+                if tail.strip():
+                    print(tail, file=sys.stderr)
+            except OSError:
+                pass
+    return 1

@@ -1,0 +1,312 @@
+"""One process of `rpbcast stress`: a sender, a receiver or a logger.
+
+Driven by JSON lines: commands on stdin ({"cmd": "start"|"expect"|"stop"}),
+events on stdout ({"event": "ready"|"progress"|"sent"|"complete"|"final"}).
+Payloads carry the send time (CLOCK_MONOTONIC ns, shared by all processes
+on a host) in their first 8 bytes, so receivers measure one-way latency.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import threading
+import time
+
+import numpy as np
+
+from rpbcast.config import Config, MemberSpec
+
+LAT_BINS = np.logspace(2, 10.5, 341)      # 100 ns .. ~30 s, log-spaced
+
+
+def emit(**ev):
+    sys.stdout.write(json.dumps(ev) + "\n")
+    sys.stdout.flush()
+
+
+def commands():
+    q = queue.Queue()
+
+    def read():
+        for line in sys.stdin:
+            line = line.strip()
+            if line:
+                q.put(json.loads(line))
+        q.put({"cmd": "stop"})
+
+    threading.Thread(target=read, daemon=True).start()
+    return q
+
+
+def make_config(spec):
+    c = dict(spec["config"])
+    c["members"] = [MemberSpec(**m) for m in c.get("members", [])]
+    return Config.from_dict(c)
+
+
+def trace_writer(spec, node):
+    run_dir = spec.get("run_dir")
+    if not run_dir or not spec.get("trace"):
+        return None
+    from rpbcast.tracefile import TraceWriter
+    return TraceWriter(run_dir, spec["run_id"], spec["config"]["node_id"], addr_to_node=spec.get("addr_to_node"))
+
+
+def drain_trace(node, tw):
+    if tw is not None:
+        tw.add(node.take_trace())
+
+
+def final_stats(node):
+    st = node.stats()
+    return {k: v for k, v in st.items() if not isinstance(v, (bytes,))}
+
+
+# ----------------------------------------------------------------------------
+def run_sender(spec, node, cmds, tw):
+    size, rate, duration = spec["size"], spec["rate"], spec["duration"]
+    batch = spec.get("batch", 1024)
+    emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr)
+    start = None
+    while start is None:
+        c = cmds.get()
+        if c["cmd"] == "start":
+            start = c["at"]
+        elif c["cmd"] == "stop":
+            return
+    while time.monotonic_ns() < start:
+        time.sleep(0.0005)
+    buf = np.zeros(batch * size, np.uint8)
+    stamps = buf.reshape(batch, size)[:, :8].view(np.uint64)   # send time per message
+    lens = np.full(batch, size, np.uint32)
+    sent = 0
+    t0 = time.monotonic_ns()
+    end = t0 + int(duration * 1e9)
+    next_report = t0
+    blocked = 0
+    while True:
+        now = time.monotonic_ns()
+        if now >= end:
+            break
+        if rate:
+            due = int((now - t0) * rate / 1e9) - sent
+            if due <= 0:
+                # paced: sleep until the next message is due (spin the last 50 us)
+                wait = (sent + 1) * 1e9 / rate + t0 - now
+                if wait > 100_000:
+                    time.sleep((wait - 50_000) / 1e9)
+                continue
+            k = min(due, batch)
+        else:
+            k = batch
+        stamps[:k, 0] = time.monotonic_ns()
+        n = node.publish_batch(buf[:k * size], lens[:k])
+        sent += n
+        if n < k:
+            blocked += 1
+            time.sleep(0.0002)          # back-pressure: let loggers catch up
+        if now >= next_report:
+            emit(event="progress", id=node.node_id, sent=sent)
+            drain_trace(node, tw)
+            next_report = now + 250_000_000
+    emit(event="sent", id=node.node_id, inc=node.incarnation, count=sent, blocked=blocked,
+         seconds=(time.monotonic_ns() - t0) / 1e9)
+    while True:
+        c = cmds.get()
+        drain_trace(node, tw)
+        if c["cmd"] == "stop":
+            break
+
+
+# ----------------------------------------------------------------------------
+class Tally:
+    """Per-sender delivery counts (exactly-once check) and latency histogram."""
+
+    def __init__(self):
+        self.counts = {}          # (sender, inc) -> np.uint8 array
+        self.hist = np.zeros(len(LAT_BINS) + 1, np.int64)
+        self.delivered = 0
+        self.first = None
+        self.last = None
+
+    def add(self, b, now):
+        k = b.count
+        if not k:
+            return
+        if self.first is None:
+            self.first = now
+        self.last = now
+        self.delivered += k
+        senders, incs, seqs = b.senders, b.incs, b.seqs.astype(np.int64)
+        for (s, i) in set(zip(senders.tolist(), incs.tolist())):
+            sel = (senders == s) & (incs == i)
+            q = seqs[sel]
+            arr = self.counts.get((s, i))
+            need = int(q.max()) + 1
+            if arr is None or len(arr) < need:
+                new = np.zeros(max(need, 2 * (len(arr) if arr is not None else 0), 1024), np.uint8)
+                if arr is not None:
+                    new[:len(arr)] = arr
+                arr = self.counts[(s, i)] = new
+            np.add.at(arr, q, 1)
+        raw = np.frombuffer(b.buf, np.uint8)
+        idx = b.offs.astype(np.int64)[:, None] + np.arange(8)
+        ok = b.lens >= 8
+        sent_ns = raw[idx[ok]].copy().view(np.uint64).ravel().astype(np.int64)
+        lat = now - sent_ns
+        self.hist += np.bincount(np.searchsorted(LAT_BINS, lat), minlength=len(LAT_BINS) + 1)
+
+    def check(self, expect):
+        """{sender: {...}} against expected counts {(s, inc): n}."""
+        out = {}
+        for (s, i), n in expect.items():
+            arr = self.counts.get((s, i), np.zeros(0, np.uint8))
+            a = np.zeros(n, np.uint8)
+            m = min(n, len(arr))
+            a[:m] = arr[:m]
+            extra = int((arr[n:] > 0).sum()) if len(arr) > n else 0
+            missing = np.nonzero(a == 0)[0]
+            dups = np.nonzero(a > 1)[0]
+            out[f"{s}/{i}"] = {"expected": n, "delivered": int((a > 0).sum()), "missing": int(len(missing)),
+                               "missing_ids": missing[:20].tolist(), "duplicates": int(len(dups)),
+                               "duplicate_ids": dups[:20].tolist(), "unexpected": extra}
+        return out
+
+    def complete(self, expect):
+        for (s, i), n in expect.items():
+            arr = self.counts.get((s, i))
+            if arr is None or len(arr) < n or not arr[:n].all():
+                return False
+        return True
+
+    def save(self, path):
+        tmp = path + ".tmp.npz"
+        np.savez(tmp, **{f"{s}_{i}": a for (s, i), a in self.counts.items()})
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path):
+        t = cls()
+        if path and os.path.exists(path):
+            with np.load(path) as z:
+                for k in z.files:
+                    s, i = map(int, k.split("_"))
+                    t.counts[(s, i)] = z[k].copy()
+        return t
+
+    def resume_bases(self):
+        """First seq not yet delivered, per sender."""
+        out = {}
+        for key, arr in self.counts.items():
+            zero = np.nonzero(arr == 0)[0]
+            out[key] = int(zero[0]) if len(zero) else len(arr)
+        return out
+
+
+def run_receiver(spec, cmds, tw_factory):
+    ckpt = spec.get("checkpoint")
+    tally = Tally.load(ckpt)
+    from rpbcast.api import Node
+    node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0))
+    tw = tw_factory(node)
+    emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
+    buf = bytearray(64 << 20)
+    expect = None
+    completed = False
+    next_report = 0
+    stop = False
+    while not stop:
+        b = node.recv_batch(65536, buf)
+        now = time.monotonic_ns()
+        if b.count:
+            tally.add(b, now)
+        else:
+            node.transport.wait(0.01)
+        while not cmds.empty():
+            c = cmds.get()
+            if c["cmd"] == "expect":
+                expect = {tuple(map(int, k.split("/"))): v for k, v in c["counts"].items()}
+            elif c["cmd"] == "stop":
+                stop = True
+        if expect is not None and not completed and tally.complete(expect):
+            completed = True
+            emit(event="complete", id=node.node_id, t=now)
+        if now >= next_report:
+            emit(event="progress", id=node.node_id, delivered=tally.delivered)
+            drain_trace(node, tw)
+            if ckpt:
+                tally.save(ckpt)
+            next_report = now + 250_000_000
+    # drain what is left
+    while True:
+        b = node.recv_batch(65536, buf)
+        if not b.count:
+            break
+        tally.add(b, time.monotonic_ns())
+    if ckpt:
+        tally.save(ckpt)
+    drain_trace(node, tw)
+    rate = tally.delivered / ((tally.last - tally.first) / 1e9) if tally.first and tally.last > tally.first else 0
+    emit(event="final", id=node.node_id, role="receiver", delivered=tally.delivered, rate=rate,
+         first=tally.first, last=tally.last,
+         check=tally.check(expect or {}), hist=tally.hist.tolist(), stats=final_stats(node))
+    return node
+
+
+def run_logger(spec, cmds, tw_factory):
+    from rpbcast.api import Logger
+    node = Logger(make_config(spec))
+    tw = tw_factory(node)
+    emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr)
+    while True:
+        try:
+            c = cmds.get(timeout=0.25)
+        except queue.Empty:
+            drain_trace(node, tw)
+            continue
+        if c["cmd"] == "stop":
+            break
+    drain_trace(node, tw)
+    emit(event="final", id=node.node_id, role="logger", stats=final_stats(node))
+    return node
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    cmds = commands()
+    role = spec["role"]
+    tw_holder = []
+
+    def twf(node):
+        tw = trace_writer(spec, node)
+        tw_holder.append(tw)
+        return tw
+
+    try:
+        if role == "sender":
+            from rpbcast.api import Node
+            node = Node(make_config(spec), trace=spec.get("trace_cap", 0))
+            tw = twf(node)
+            run_sender(spec, node, cmds, tw)
+            emit(event="final", id=node.node_id, role="sender", stats=final_stats(node))
+        elif role == "receiver":
+            node = run_receiver(spec, cmds, twf)
+        else:
+            node = run_logger(spec, cmds, twf)
+        for tw in tw_holder:
+            if tw is not None:
+                tw.close()
+        if spec.get("run_dir"):
+            from rpbcast.tracefile import write_counters
+            write_counters(spec["run_dir"], node.node_id, final_stats(node))
+        node.close()
+    except Exception as e:  # report, don't hang the orchestrator
+        import traceback
+        emit(event="error", role=role, error=f"{type(e).__name__}: {e}", tb=traceback.format_exc())
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

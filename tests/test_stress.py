@@ -1,0 +1,52 @@
+"""The main job end to end: separate processes, real sockets, checks."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rpbcast import netns
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def stress(*args, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet",
+                        "--run-dir", str(tmp_path / "run"), *args],
+                       capture_output=True, text=True, timeout=240)
+    try:
+        summary = json.loads(r.stdout)
+    except ValueError:
+        raise AssertionError(f"no summary; exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+    return r.returncode, summary
+
+
+@pytest.mark.netns
+def test_five_percent_kernel_loss_exactly_once(tmp_path):
+    rc, s = stress("--receivers", "2", "--loggers", "1", "--rate", "20000", "--duration", "1.5",
+                   "--loss", "0.05", tmp_path=tmp_path)
+    assert rc == 0 and s["exactly_once"], s["problems"]
+    assert s["transport"] == "multicast" and s["kernel_drops"][0] > 0
+    assert s["gaps"] > 0 and s["repairs_peer"] + s["repairs_logger"] > 0
+    assert s["sent"] >= 25000
+    # run.json and per-node counters are written
+    meta = json.load(open(tmp_path / "run" / "run.json"))
+    assert meta["kind"] == "stress" and len(meta["nodes"]) == 4
+    assert len(os.listdir(tmp_path / "run" / "counters")) == 4
+
+
+@pytest.mark.netns
+def test_receiver_killed_and_restarted_catches_up_from_the_logger(tmp_path):
+    rc, s = stress("--receivers", "2", "--loggers", "1", "--rate", "20000", "--duration", "2",
+                   "--kill-receiver", "0.7", tmp_path=tmp_path)
+    assert s["receiver_killed"]
+    assert rc == 0 and s["exactly_once"], s["problems"]
+
+
+def test_unicast_fallback_with_in_process_loss(tmp_path):
+    rc, s = stress("--transport", "unicast", "--receivers", "2", "--loggers", "1", "--rate", "10000",
+                   "--duration", "1", "--loss", "0.02", tmp_path=tmp_path)
+    assert rc == 0 and s["exactly_once"], s["problems"]
+    assert s["transport"] == "unicast" and s["loss_model"].startswith("in-process")
+    assert s["repairs_peer"] + s["repairs_logger"] > 0
