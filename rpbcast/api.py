@@ -107,9 +107,11 @@ class Node:
     """A group member on real UDP sockets."""
 
     def __init__(self, config: Config, *, start: bool = True, log=None, resume=None,
-                 trace: int = 0):
+                 trace: int = 0, stats_socket: Optional[str] = None):
         """resume: {(sender, inc): first seq wanted} for a restarted receiver;
-        trace: capacity of the event trace buffer (0 = off)."""
+        trace: capacity of the event trace buffer (0 = off);
+        stats_socket: a UNIX socket path where `rpbcast stat` reads live
+        counters."""
         cfg = config.validate()
         gip, gport = netaddr.parse_hostport(cfg.group_addr)
         bip, bport = netaddr.parse_hostport(cfg.bind)
@@ -159,6 +161,9 @@ class Node:
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
+        self._stats_sock = None
+        if stats_socket:
+            self._serve_stats(stats_socket)
         if start:
             self.transport.start()
 
@@ -292,10 +297,51 @@ class Node:
     def stats(self) -> dict:
         return self.transport.stats()
 
+    def _serve_stats(self, path):
+        import json
+        import socket as _socket
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        srv = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        srv.bind(path)
+        srv.listen(4)
+        srv.settimeout(0.2)
+        self._stats_sock = (srv, path)
+
+        def loop():
+            while not self._closed:
+                try:
+                    c, _ = srv.accept()
+                except (TimeoutError, OSError):
+                    continue
+                with c:
+                    try:
+                        st = self.stats()
+                        st["node_id"] = self.node_id
+                        st["incarnation"] = self.incarnation
+                        st["addr"] = self.addr
+                        st["role"] = self.config.role
+                        st["time"] = time.time()
+                        st["members"] = self.members()
+                        c.sendall(json.dumps(st, default=str).encode())
+                    except OSError:
+                        pass
+
+        threading.Thread(target=loop, name="rpbcast-stats", daemon=True).start()
+
     def close(self):
         if self._closed:
             return
         self._closed = True
+        if self._stats_sock is not None:
+            srv, path = self._stats_sock
+            srv.close()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         self.transport.close()
         if self._dispatcher is not None:
             self._dispatcher.join(timeout=1)

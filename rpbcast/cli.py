@@ -32,8 +32,13 @@ def build_parser():
 
 
 def main(argv=None):
+    from rpbcast.config import ConfigError
     args = build_parser().parse_args(argv)
-    rc = args.func(args)
+    try:
+        rc = args.func(args)
+    except ConfigError as e:
+        print(f"rpbcast {args.cmd}: configuration error: {e}", file=sys.stderr)
+        return 2
     return 0 if rc is None else int(rc)
 
 
