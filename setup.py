@@ -20,10 +20,15 @@ if os.environ.get("RPBCAST_DEBUG") == "1":
 MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire", "logstore", "node", "transport"]
 
 
+# RPBCAST_ONLY=node,transport rebuilds just those (development).
+if os.environ.get("RPBCAST_ONLY"):
+    MODULES = [m for m in os.environ["RPBCAST_ONLY"].split(",") if m]
+
+
 def ext(name):
     return Extension(
         f"rpbcast.{name}",
-        [f"rpbcast/{name}.pyx"],
+        [f"rpbcast/{name.replace('.', '/')}.pyx"],
         include_dirs=["csrc", numpy.get_include()],
         extra_compile_args=[f for f in CFLAGS if f != "-std=gnu11"] + ["-Wno-unused-function"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],

@@ -9,6 +9,7 @@ const char *const rp_node_counter_names[RP_C__COUNT] = {
     "rx_dropped_full", "gaps", "gap_ids", "repairs_peer", "repairs_logger", "filled_other",
     "delivered", "purged", "forgotten", "served", "serve_limited", "gcnote_ids",
     "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
+    "purged_buffer", "purged_notices",
 };
 
 int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
@@ -61,6 +62,16 @@ fail:
 }
 
 static void peer_free(rp_peer_t *p) {
+    if (p->labels) {
+        rp_hmap_free(p->labels);
+        free(p->labels);
+    }
+    if (p->purged) {
+        rp_hmap_free(p->purged);
+        free(p->purged);
+    }
+    free(p->obs);
+    free(p->purged_ring);
     rp_seqtrack_free(&p->st);
     rp_iset_free(&p->lmissing);
     rp_iset_free(&p->inflight);
@@ -84,6 +95,8 @@ void rp_node_free(rp_node_t *n) {
     rp_hmap_free(&n->pindex);
     rp_sigvec_free(&n->hbsig);
     rp_trace_free(&n->trace);
+    if (n->conflate)
+        rp_conflate_free(&n->latest);
     free(n->ctl);
     free(n->mv);
     memset(n, 0, sizeof(*n));
@@ -135,6 +148,27 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         if (!p->q || rp_srbq_init(p->q, base, n->srb_w, 256, 0)) {
             free(p->q);
             p->q = NULL;
+            goto fail;
+        }
+    }
+    if (n->srb_w) {
+        p->labels = (rp_hmap_t *)malloc(sizeof(rp_hmap_t));
+        p->purged = (rp_hmap_t *)malloc(sizeof(rp_hmap_t));
+        if (!p->labels || !p->purged) {
+            free(p->labels);
+            free(p->purged);
+            p->labels = p->purged = NULL;
+            goto fail;
+        }
+        if (rp_hmap_init(p->labels, 64, 0)) {
+            free(p->labels);
+            free(p->purged);
+            p->labels = p->purged = NULL;
+            goto fail;
+        }
+        if (rp_hmap_init(p->purged, 64, 0)) {
+            free(p->purged);
+            p->purged = NULL;
             goto fail;
         }
     }
@@ -223,6 +257,63 @@ static void srb_infer(rp_node_t *n, rp_peer_t *p, uint64_t seq, int64_t now) {
     }
 }
 
+/* ---- FIFO-SRB retransmission-buffer tracking --------------------------- */
+
+static void obs_push(rp_peer_t *p, uint64_t seq, uint64_t sup) {
+    if (p->nobs == p->obscap) {
+        uint32_t nc = p->obscap ? p->obscap * 2 : 64;
+        rp_obs_t *no = (rp_obs_t *)realloc(p->obs, nc * sizeof(rp_obs_t));
+        if (!no)
+            return;             /* not purged early; it ages out like any other */
+        p->obs = no;
+        p->obscap = nc;
+    }
+    /* Keep the list ordered by successor so safe() pops a prefix. */
+    uint32_t i = p->nobs++;
+    while (i > 0 && p->obs[i - 1].sup > sup) {
+        p->obs[i] = p->obs[i - 1];
+        i--;
+    }
+    p->obs[i].seq = seq;
+    p->obs[i].sup = sup;
+}
+
+/* A labelled message of p was stored: whichever of it and the newest
+ * stored message with its label is older is now obsolete. */
+static void obs_note(rp_peer_t *p, uint64_t seq, uint64_t label) {
+    uint64_t *newest = rp_hmap_get(p->labels, label, 0);
+    if (!newest) {
+        rp_hmap_put(p->labels, label, 0, seq);
+        return;
+    }
+    if (*newest < seq) {
+        obs_push(p, *newest, seq);
+        *newest = seq;
+    } else if (*newest > seq) {
+        obs_push(p, seq, *newest);      /* a repair of an older value */
+    }
+}
+
+static void purged_record(rp_peer_t *p, uint64_t seq, uint64_t sup) {
+    if (!p->purged)
+        return;
+    if (!p->purged_ring) {
+        p->purged_ring = (uint64_t *)malloc(RP_PURGED_MAX * sizeof(uint64_t));
+        if (!p->purged_ring)
+            return;
+    }
+    if (p->purged_n == RP_PURGED_MAX) {         /* forget the oldest record */
+        uint64_t old = p->purged_ring[p->purged_head];
+        rp_hmap_del(p->purged, old, 0, NULL);
+        p->purged_ring[p->purged_head] = seq;
+        p->purged_head = (p->purged_head + 1) % RP_PURGED_MAX;
+    } else {
+        p->purged_ring[(p->purged_head + p->purged_n) % RP_PURGED_MAX] = seq;
+        p->purged_n++;
+    }
+    rp_hmap_put(p->purged, seq, 0, sup);
+}
+
 /* ---- receive ----------------------------------------------------------- */
 
 static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
@@ -281,8 +372,10 @@ static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t
         }
         n->c[RP_C_LOGGED]++;
     }
+    if (n->conflate && label != RP_SRB_NOLABEL)
+        rp_conflate_put(&n->latest, p->id, p->inc, label, m->seq, now, payload, plen);
     uint32_t holds = RP_MS_GOSSIP;
-    if (!n->no_deliver)
+    if (!n->no_deliver && !(n->conflate == 2 && label != RP_SRB_NOLABEL))
         holds |= n->fifo ? RP_MS_QUEUE : RP_MS_DELIVER;
     int64_t t = rp_mstore_put(&n->store, slot, m->seq, label, now, n->round, holds,
                               RP_MS_GOSSIP, payload, plen);
@@ -316,7 +409,11 @@ static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t
         rp_trace(&n->trace, now, RP_EV_RECV, p->id, p->inc, m->seq, plen, src,
                  (a == RP_ACC_FILL ? 1u : 0u) | (is_repair ? 2u : 0u) |
                  ((m->flags & RP_MF_FROM_LOGGER) && is_repair ? 4u : 0u));
-    if (p->q && t >= 0 && !n->no_deliver) {
+    if (p->labels && t >= 0 && label != RP_SRB_NOLABEL)
+        obs_note(p, m->seq, label);
+    if (p->q && !(holds & RP_MS_QUEUE) && !n->no_deliver)
+        rp_srbq_mark_purged(p->q, m->seq);      /* read through the table only */
+    if (p->q && t >= 0 && (holds & RP_MS_QUEUE)) {
         uint64_t ph = 0, ps = 0;
         int r = rp_srbq_insert(p->q, m->seq, label, (uint64_t)t, &ph, &ps);
         if (r == RP_SQ_R_OBSOLETE || r == RP_SQ_R_OLD || r < 0) {
@@ -542,6 +639,19 @@ static int emit_repair(rp_node_t *n, uint64_t ticket, uint32_t sender, uint32_t 
     return 0;
 }
 
+#define RP_PURGED_BATCH 64
+
+/* PURGED: (seq, superseded-by) pairs of one stream. */
+static void emit_purged(rp_node_t *n, uint64_t dest, uint32_t sender, uint32_t inc,
+                        const uint64_t *pairs, size_t k) {
+    uint8_t *b = out_msg(n, dest, RP_T_PURGED, 0, sender, inc, 0, 0, 16 * k);
+    if (!b)
+        return;
+    for (size_t i = 0; i < 2 * k; i++)
+        rp_st64(b + 8 * i, pairs[i]);
+    n->c[RP_C_PURGED_NOTICES] += k;
+}
+
 size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
                      uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now) {
     uint32_t slot;
@@ -556,7 +666,9 @@ size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_
     }
     tb_refill(n, now);
     size_t served = 0, scanned = 0, limited = 0;
-    uint64_t gc = 0;
+    uint64_t gc = 0, sup = 0;
+    uint64_t purged_pairs[2 * RP_PURGED_BATCH];
+    size_t npurged = 0;
     for (size_t k = 0; k < niv && scanned < n->max_scan; k++) {
         for (uint64_t id = iv[k].lo; id <= iv[k].hi && scanned < n->max_scan; id++) {
             scanned++;
@@ -608,6 +720,15 @@ size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_
                         rp_trace(&n->trace, now, RP_EV_RTX_SERVED, sender, inc, id,
                                  (uint32_t)plen, dest, 1);
                 }
+            } else if (n->srb_w && rp_node_srb_purged_by(n, sender, inc, id, &sup)) {
+                /* "purged, superseded by": the requester stops asking */
+                if (npurged == RP_PURGED_BATCH) {
+                    emit_purged(n, dest, sender, inc, purged_pairs, npurged);
+                    npurged = 0;
+                }
+                purged_pairs[2 * npurged] = id;
+                purged_pairs[2 * npurged + 1] = sup;
+                npurged++;
             } else if (gc_out && !n->log) {
                 int had = p ? rp_seqtrack_received(&p->st, id) : id < n->next_seq;
                 if (had && rp_iset_add(gc_out, id, id) > 0)
@@ -617,6 +738,8 @@ size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_
                 break;
         }
     }
+    if (npurged)
+        emit_purged(n, dest, sender, inc, purged_pairs, npurged);
     n->c[RP_C_SERVED] += served;
     n->c[RP_C_SERVE_LIMITED] += limited;
     n->c[RP_C_GCNOTE_IDS] += gc;
@@ -730,6 +853,101 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
         n->c[RP_C_FORGOTTEN] += (uint64_t)k;
     }
     return k;
+}
+
+uint64_t rp_node_srb_safe(rp_node_t *n, uint32_t slot, uint64_t upto) {
+    uint64_t k = 0;
+    if (slot == RP_SELF_SLOT) {
+        if (!n->srbw)
+            return 0;
+        uint64_t seqs[256], sup[256], handles[256];
+        size_t got;
+        do {
+            got = rp_srbw_set_safe(n->srbw, upto, seqs, sup, handles, 256);
+            for (size_t i = 0; i < got; i++) {
+                /* Gone from the send buffer and the gossip buffer; the
+                 * window remembers what superseded it. */
+                rp_mstore_release(&n->store, handles[i], RP_MS_SRB | RP_MS_SEND | RP_MS_GOSSIP);
+            }
+            k += got;
+        } while (got == 256);
+        n->c[RP_C_PURGED_BUFFER] += k;
+        return k;
+    }
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || !p->obs)
+        return 0;
+    uint32_t i = 0;
+    for (; i < p->nobs && p->obs[i].sup < upto; i++) {
+        int64_t t = rp_mstore_find(&n->store, slot, p->obs[i].seq);
+        if (t >= 0)
+            rp_mstore_release(&n->store, (uint64_t)t, RP_MS_GOSSIP);
+        purged_record(p, p->obs[i].seq, p->obs[i].sup);
+        k++;
+    }
+    if (i) {
+        memmove(p->obs, p->obs + i, (p->nobs - i) * sizeof(rp_obs_t));
+        p->nobs -= i;
+    }
+    n->c[RP_C_PURGED_BUFFER] += k;
+    return k;
+}
+
+uint64_t rp_node_srb_stable(rp_node_t *n, uint64_t upto) {
+    if (!n->srbw)
+        return 0;
+    uint64_t handles[256], k = 0;
+    size_t got;
+    do {
+        got = rp_srbw_set_stable(n->srbw, upto, handles, 256);
+        for (size_t i = 0; i < got; i++)
+            rp_mstore_release(&n->store, handles[i], RP_MS_SRB);
+        k += got;
+    } while (got == 256);
+    return k;
+}
+
+int rp_node_srb_purged(rp_node_t *n, uint32_t slot, uint64_t seq, uint64_t sup, int64_t now) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || sup <= seq)
+        return 0;
+    int was = rp_iset_contains(&p->st.missing, seq);
+    if (was) {
+        rp_seqtrack_forget(&p->st, seq, seq);
+        rp_iset_remove(&p->lmissing, seq, seq);
+        rp_iset_remove(&p->inflight, seq, seq);
+        n->c[RP_C_FORGOTTEN]++;
+        if (n->tracing)
+            rp_trace(&n->trace, now, RP_EV_LOST, p->id, p->inc, seq, 1, 0, 1);
+    }
+    if (p->q)
+        rp_srbq_mark_purged(p->q, seq);
+    purged_record(p, seq, sup);
+    return was;
+}
+
+int64_t rp_node_srb_window(rp_node_t *n, uint32_t slot, uint64_t low, int64_t now) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || !p->q || !n->srb_w || low == 0)
+        return 0;
+    uint64_t before = n->c[RP_C_FORGOTTEN];
+    /* Everything below low left the window: infer as if seq low-1+w arrived. */
+    srb_infer(n, p, low - 1 + n->srb_w, now);
+    return (int64_t)(n->c[RP_C_FORGOTTEN] - before);
+}
+
+int rp_node_srb_purged_by(rp_node_t *n, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t *sup) {
+    if (sender == n->id && inc == n->inc)
+        return n->srbw ? rp_srbw_purged_by(n->srbw, seq, sup) : 0;
+    uint32_t slot = rp_node_find_peer(n, sender, inc);
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p || !p->purged)
+        return 0;
+    uint64_t *v = rp_hmap_get(p->purged, seq, 0);
+    if (!v)
+        return 0;
+    *sup = *v;
+    return 1;
 }
 
 uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below) {

@@ -16,6 +16,7 @@
 #ifndef RP_NODE_H
 #define RP_NODE_H
 
+#include "conflate.h"
 #include "logstore.h"
 #include "msgstore.h"
 #include "outbox.h"
@@ -56,10 +57,21 @@ enum {
     RP_C_LOGGED,           /* logger: records appended to the log */
     RP_C_LOG_ERRORS,       /* logger: appends or reads that failed */
     RP_C_SERVED_FROM_LOG,  /* logger: repairs read back from disk */
+    RP_C_PURGED_BUFFER,    /* FIFO-SRB: obsolete messages purged from a retransmission buffer (TP5) */
+    RP_C_PURGED_NOTICES,   /* FIFO-SRB: "purged, superseded by" answers sent */
     RP_C__COUNT
 };
 
 extern const char *const rp_node_counter_names[RP_C__COUNT];
+
+/* An obsolete message still in the gossip buffer: seq, and the seq of the
+ * newer message with its label that made it obsolete. */
+typedef struct {
+    uint64_t seq;
+    uint64_t sup;
+} rp_obs_t;
+
+#define RP_PURGED_MAX 65536      /* purged records kept per sender */
 
 /* One sender incarnation as seen by this node. */
 typedef struct {
@@ -74,6 +86,13 @@ typedef struct {
     uint64_t addr;             /* where its DATA comes from (its unicast address) */
     uint64_t stable_below;     /* every seq below it is stable (released) */
     rp_srbq_t *q;              /* FIFO / FIFO-SRB queue, or NULL */
+    /* FIFO-SRB retransmission-buffer purging (TP5), when srb_w is set */
+    rp_hmap_t *labels;         /* label -> newest stored seq with that label */
+    rp_obs_t *obs;             /* obsolete stored messages waiting for their successor to be safe */
+    uint32_t nobs, obscap;
+    rp_hmap_t *purged;         /* seq -> seq that superseded it (answers to requests) */
+    uint64_t *purged_ring;     /* eviction order of purged records */
+    uint32_t purged_head, purged_n;
     uint8_t dead;              /* a newer incarnation of this id exists */
     uint64_t rx_new, rx_fill, rx_dup;
 } rp_peer_t;
@@ -138,6 +157,10 @@ typedef struct {
     rp_trace_t trace;
     /* a logger's log (owned by the caller), or NULL */
     rp_log_t *log;
+    /* latest value per (sender, label): 0 off, 1 on, 2 on and labelled
+     * messages are not queued for delivery (consumers read only the table) */
+    uint8_t conflate;
+    rp_conflate_t latest;
 } rp_node_t;
 
 typedef struct {
@@ -224,6 +247,29 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
  * buffer hold and, for our own stream, the send-buffer hold: nobody can need
  * them any more.  Returns entries released. */
 uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below);
+
+/* ---- FIFO-SRB ---------------------------------------------------------- */
+
+/* Every seq < upto of slot is safe (received by more than f members):
+ * obsolete messages whose successor is below upto leave this node's
+ * retransmission buffer (TP5).  slot RP_SELF_SLOT: our own stream, where
+ * purging also frees FIFO-SRB window slots.  Returns messages purged. */
+uint64_t rp_node_srb_safe(rp_node_t *n, uint32_t slot, uint64_t upto);
+
+/* Every own seq < upto is stable (received by every member): they leave the
+ * FIFO-SRB window.  Returns messages released. */
+uint64_t rp_node_srb_stable(rp_node_t *n, uint64_t upto);
+
+/* A peer says seq of slot was purged, superseded by sup: stop waiting for
+ * it.  Returns 1 if it was missing here. */
+int rp_node_srb_purged(rp_node_t *n, uint32_t slot, uint64_t seq, uint64_t sup, int64_t now);
+
+/* The sender's window is empty below `low` (WINDOW notice): missing ids
+ * below it were purged.  Returns ids given up. */
+int64_t rp_node_srb_window(rp_node_t *n, uint32_t slot, uint64_t low, int64_t now);
+
+/* Was seq of (sender, inc) purged here?  Stores what superseded it. */
+int rp_node_srb_purged_by(rp_node_t *n, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t *sup);
 
 /* Gossip-round tick: age the gossip buffer (drop entries older than
  * gclimit rounds, and beyond max_bytes). */

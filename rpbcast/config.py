@@ -86,6 +86,7 @@ class Config:
     # FIFO-SRB (semantic reliability)
     srb_window: int = 0                   # sender window w; 0 = off
     srb_f: int = 1                        # safe = received by more than f members
+    srb_report_interval: float = 0.01     # receivers report their frontiers to senders this often
 
     # application hook: is a missing (sender, inc, lo, hi) still wanted?
     want: Optional[Callable] = None
@@ -131,7 +132,8 @@ class Config:
         need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")
         for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
                      "idle_after", "logger_retx_timeout", "fsync_interval", "logger_ack_interval",
-                     "logger_rtx_interval", "log_retention", "logger_report_interval", "ping_interval"):
+                     "logger_rtx_interval", "log_retention", "logger_report_interval", "ping_interval",
+                     "srb_report_interval"):
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and v > 0, f"{name} must be a positive number of seconds, got {v!r}")
         need(isinstance(self.gc_limit, int) and self.gc_limit >= 1,

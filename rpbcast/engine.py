@@ -112,11 +112,15 @@ class Engine:
         self._update_hold_send()
 
         self.extensions = []
+        self.always_lastseen = False       # every gossip carries our receive frontiers
 
         self.logger = None
         if self.is_logger:
             from rpbcast.logger import LoggerRole
             self.logger = LoggerRole(self, log, now)
+        if cfg.srb_window:
+            from rpbcast.fifo_srb import FifoSrb
+            self.add_extension(FifoSrb())
 
     # ------------------------------------------------------------------ utils
     def _self_entry(self) -> Member:
@@ -337,7 +341,7 @@ class Engine:
     def _gossip_to(self, target: Member, now, phase, with_lastseen=False, with_missing=True):
         budget = self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - wire.GOSSIP_FIXED - SEC_BUDGET_SLACK
         extra = []
-        if with_lastseen or target.is_logger or self.is_logger:
+        if with_lastseen or target.is_logger or self.is_logger or self.always_lastseen:
             ls = self._lastseen_section()
             if ls and len(ls) < budget // 2:
                 extra.append(ls)
@@ -572,6 +576,8 @@ class Engine:
                     self._logger_ack(source, frontier, now)
         if self.logger is not None:
             self.logger.on_report(source, entries, now)
+        for x in self.extensions:
+            x.on_lastseen(source, entries, now)
 
     def _logger_ack(self, logger_id, frontier, now):
         if frontier <= self.logger_acks.get(logger_id, 0):

@@ -39,6 +39,10 @@ class Extension:
         tuple from Node.take_control()).  Return True if handled."""
         return False
 
+    def on_lastseen(self, source: int, entries, now: int):
+        """Receive frontiers a member reported: [(sender, inc, frontier)],
+        frontier = every seq below it was received by `source`."""
+
     def after_rx(self, now: int):
         """After a batch of datagrams was processed."""
 

@@ -454,6 +454,79 @@ cdef class Node:
         buffers.  Returns entries released."""
         return rp_node_stable(&self.n, slot, below)
 
+    # ---- FIFO-SRB ------------------------------------------------------------
+
+    def srb_safe(self, uint32_t slot, uint64_t upto):
+        """Every seq < upto of slot (SELF_SLOT: ours) is safe (held by more
+        than f members): purge the obsolete messages it supersedes (TP5).
+        Returns messages purged."""
+        return rp_node_srb_safe(&self.n, slot, upto)
+
+    def srb_stable(self, uint64_t upto):
+        """Every own seq < upto reached every member: it leaves the window."""
+        return rp_node_srb_stable(&self.n, upto)
+
+    def srb_purged(self, uint32_t slot, uint64_t seq, uint64_t sup, int64_t now=0):
+        return bool(rp_node_srb_purged(&self.n, slot, seq, sup, now))
+
+    def srb_window(self, uint32_t slot, uint64_t low, int64_t now=0):
+        return rp_node_srb_window(&self.n, slot, low, now)
+
+    def srb_purged_by(self, uint32_t sender, uint32_t inc, uint64_t seq):
+        cdef uint64_t sup = 0
+        return sup if rp_node_srb_purged_by(&self.n, sender, inc, seq, &sup) else None
+
+    @property
+    def srb_state(self):
+        """(low, next, safe, stable) of our FIFO-SRB window, or None."""
+        if self.n.srbw == NULL:
+            return None
+        return (self.n.srbw.low, self.n.srbw.next, self.n.srbw.safe, self.n.srbw.stable)
+
+    def set_conflate(self, int mode):
+        """0 off; 1: keep the latest value per (sender, label); 2: also stop
+        queueing labelled messages for delivery (read them via latest())."""
+        if mode not in (0, 1, 2):
+            raise ValueError("conflate mode is 0, 1 or 2")
+        if mode and not self.n.conflate:
+            if rp_conflate_init(&self.n.latest) != RP_OK:
+                raise MemoryError()
+        elif not mode and self.n.conflate:
+            rp_conflate_free(&self.n.latest)
+        self.n.conflate = mode
+
+    def latest(self, uint64_t label, sender=None):
+        """(sender, inc, seq, payload bytes, t) of the newest value of label
+        (from `sender`, or the newest over all senders), or None."""
+        if not self.n.conflate:
+            raise ValueError("conflation is off: set_conflate(1) first")
+        cdef uint32_t i
+        cdef rp_cval_t *v
+        best = None
+        if sender is not None:
+            k = rp_conflate_find(&self.n.latest, sender, label)
+            if k < 0:
+                return None
+            v = &self.n.latest.v[k]
+            return (v.sender, v.inc, v.seq, v.buf[:v.len] if v.len else b"", v.t)
+        for i in range(self.n.latest.n):
+            v = &self.n.latest.v[i]
+            if v.label == label and (best is None or v.t > best[4]):
+                best = (v.sender, v.inc, v.seq, v.buf[:v.len] if v.len else b"", v.t)
+        return best
+
+    def snapshot(self):
+        """{(sender, label): (inc, seq, payload)} of every latest value."""
+        if not self.n.conflate:
+            raise ValueError("conflation is off: set_conflate(1) first")
+        cdef uint32_t i
+        cdef rp_cval_t *v
+        out = {}
+        for i in range(self.n.latest.n):
+            v = &self.n.latest.v[i]
+            out[(v.sender, v.label)] = (v.inc, v.seq, v.buf[:v.len] if v.len else b"")
+        return out
+
     def round(self, uint32_t gclimit, uint64_t max_bytes=0):
         """One gossip round: age the gossip buffer.  Returns entries dropped."""
         return rp_node_round(&self.n, gclimit, max_bytes)

@@ -349,6 +349,22 @@ cdef extern from "logstore.h" nogil:
     int rp_log_gc_segments(rp_log_t *l)
 
 
+cdef extern from "conflate.h" nogil:
+    ctypedef struct rp_cval_t:
+        uint32_t sender, inc
+        uint64_t label, seq
+        int64_t t
+        uint8_t *buf
+        uint32_t len, cap
+    ctypedef struct rp_conflate_t:
+        rp_cval_t *v
+        uint32_t n, cap
+        uint64_t updates, stale
+    int rp_conflate_init(rp_conflate_t *c)
+    void rp_conflate_free(rp_conflate_t *c)
+    int64_t rp_conflate_find(const rp_conflate_t *c, uint32_t sender, uint64_t label)
+
+
 cdef extern from "node.h" nogil:
     uint32_t RP_SELF_SLOT
     uint32_t RP_NO_SLOT
@@ -401,6 +417,8 @@ cdef extern from "node.h" nogil:
         uint64_t bytes_out[1]
         rp_trace_t trace
         rp_log_t *log
+        uint8_t conflate
+        rp_conflate_t latest
     ctypedef struct rp_node_cfg_t:
         uint32_t group, id, inc, mtu
         uint64_t store_bytes, store_entries, max_gap, srb_w
@@ -428,6 +446,11 @@ cdef extern from "node.h" nogil:
     int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
     uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes)
     uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below)
+    uint64_t rp_node_srb_safe(rp_node_t *n, uint32_t slot, uint64_t upto)
+    uint64_t rp_node_srb_stable(rp_node_t *n, uint64_t upto)
+    int rp_node_srb_purged(rp_node_t *n, uint32_t slot, uint64_t seq, uint64_t sup, int64_t now)
+    int64_t rp_node_srb_window(rp_node_t *n, uint32_t slot, uint64_t low, int64_t now)
+    int rp_node_srb_purged_by(rp_node_t *n, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t *sup)
     void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst)
     size_t rp_node_recv(rp_node_t *n, size_t mx, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                         uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
