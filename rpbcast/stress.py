@@ -45,6 +45,12 @@ def add_parsers(sub):
     p.add_argument("--no-gso", action="store_true", help="send one datagram per syscall entry (no UDP GSO)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
+    p.add_argument("--labels", choices=["none", "stock"], default="none",
+                   help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
+    p.add_argument("--srb-window", type=int, default=0,
+                   help="FIFO-SRB window w (0 = reliable delivery); needs labels to purge anything")
+    p.add_argument("--slow-receiver", type=float, default=0, metavar="MSGS_PER_S",
+                   help="the first receiver's application consumes at most this rate")
     p.add_argument("--kill-receiver", type=float, default=None, metavar="SECONDS",
                    help="SIGKILL the first receiver this long after the start and restart it")
     p.add_argument("--run-dir", default=None, help="where to write run.json, counters and traces")
@@ -154,6 +160,7 @@ def main(args):
 
         def spawn(i, role, extra=None):
             cfg = {"node_id": i, "bind": addrs[i], "members": members, "transport": transport,
+                   "srb_window": args.srb_window, "delivery": "fifo" if args.srb_window else "unordered",
                    "gossip_interval": args.gossip_interval, "gso": not args.no_gso,
                    "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
                    "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
@@ -162,6 +169,8 @@ def main(args):
                 cfg["log_dir"] = os.path.join(work, f"log{i}")
                 cfg["fsync"] = "interval"
             spec = {"role": role, "config": cfg, "size": args.size, "rate": args.rate,
+                    "labels": args.labels, "semantic": bool(args.srb_window),
+                    "slow": args.slow_receiver if (role == "receiver" and i == receivers[0]) else 0,
                     "duration": args.duration, "batch": args.batch, "run_dir": run_dir,
                     "run_id": run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
                     "addr_to_node": {str(k): v for k, v in addr_to_node.items()}}
@@ -238,14 +247,15 @@ def main(args):
                 killed = True
             if len(sent) == len(senders) and not expect_sent:
                 expect = {f"{i}/{sent[i]['inc']}": sent[i]["count"] for i in senders}
+                latest = {f"{i}/{sent[i]['inc']}": sent[i].get("latest") for i in senders}
                 for i in receivers:
-                    procs[i].send(cmd="expect", counts=expect)
+                    procs[i].send(cmd="expect", counts=expect, latest=latest)
                 expect_sent = True
                 send_end = now
                 wait_deadline = now + args.timeout
             if expect_sent and killed and receivers[0] in procs and receivers[0] not in complete:
                 # a restarted receiver needs the expectation too
-                procs[receivers[0]].send(cmd="expect", counts=expect)
+                procs[receivers[0]].send(cmd="expect", counts=expect, latest=latest)
             if expect_sent and complete >= set(receivers):
                 break
             if wait_deadline and now > wait_deadline:
@@ -321,9 +331,15 @@ def summarize(args, senders, receivers, loggers, sent, finals, transport, loss_m
     rates = [f["rate"] for f in recv]
     hist = np.sum([np.array(f["hist"]) for f in recv], axis=0) if recv else np.zeros(1)
     bad = {}
+    semantic = bool(args.srb_window)
     for f in recv:
         for k, c in f["check"].items():
-            if c["missing"] or c["duplicates"] or c["unexpected"]:
+            if semantic:
+                # FIFO-SRB: obsolete values may be skipped, but nothing twice,
+                # nothing out of FIFO order, and the latest value of every label.
+                if c["duplicates"] or c["unexpected"] or c.get("fifo_violations") or c.get("stale_labels"):
+                    bad[f"receiver {f['id']} sender {k}"] = c
+            elif c["missing"] or c["duplicates"] or c["unexpected"]:
                 bad[f"receiver {f['id']} sender {k}"] = c
     # Repairs and overhead from the nodes' counters.
     def tot(key, ids):
@@ -350,6 +366,15 @@ def summarize(args, senders, receivers, loggers, sent, finals, transport, loss_m
         "overhead_per_data_byte": other_bytes / data_bytes if data_bytes else None,
         "repair_bytes_per_data_byte": repair_bytes / data_bytes if data_bytes else None,
         "exactly_once": not bad and len(recv) == len(receivers) and all(i in complete for i in receivers),
+        "semantics": "fifo-srb (latest value per label, FIFO, no duplicates)" if semantic else "exactly once",
+        "purged_at_receivers": tot("purged", receivers),
+        "per_receiver_rate": {f["id"]: round(f["rate"]) for f in recv},
+        # messages arriving (first receipts) per second of sending: what the
+        # network path sustains, whatever the application consumes
+        "per_receiver_receive_rate": {f["id"]: round((f["stats"].get("rx_new", 0) + f["stats"].get("rx_fill", 0))
+                                                     / send_secs) if send_secs else 0 for f in recv},
+        "per_receiver_purged": {f["id"]: f["stats"].get("purged", 0) for f in recv},
+        "store_entries_end": {i: finals[i]["stats"].get("store_entries") for i in receivers if i in finals},
         "problems": bad, "receivers_complete": sorted(complete), "receiver_killed": killed,
         "repair_tail_s": None,
         "wall_s": time.time() - t_start,
@@ -363,14 +388,18 @@ def print_summary(s):
         f"{s['size']} B messages, {s['transport']}",
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
-        f"  received        {s['recv_rate_min']:,.0f} msgs/s (slowest receiver), {s['mb_s_min']:.1f} MB/s",
+        f"  received        {s['recv_rate_min']:,.0f} msgs/s delivered by the slowest receiver, {s['mb_s_min']:.1f} MB/s",
         f"  latency         p50 {fmt_ns(s['latency_p50'])}, p99 {fmt_ns(s['latency_p99'])}, p99.9 {fmt_ns(s['latency_p999'])}",
         f"  repairs         {s['repairs_peer']:,} by peers, {s['repairs_logger']:,} by loggers ({s['gaps']:,} gaps)",
         (f"  overhead        {s['overhead_per_data_byte']:.4f} control bytes and "
          f"{s['repair_bytes_per_data_byte']:.4f} repair bytes per data byte")
         if s["overhead_per_data_byte"] is not None else "  overhead        -",
-        f"  exactly once    {ok}" + ("" if s["exactly_once"] else f": {json.dumps(s['problems'])[:400]}"),
+        f"  {'delivery check':<15} {s['semantics']}: {ok}" + ("" if s["exactly_once"] else f": {json.dumps(s['problems'])[:400]}"),
     ]
+    if s["semantics"] != "exactly once":
+        lines.append("  per receiver    " + ", ".join(
+            f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "
+            f"{s['per_receiver_purged'][i]:,} obsolete dropped" for i in s["per_receiver_rate"]))
     if s.get("receiver_killed"):
         lines.append("  a receiver was killed (SIGKILL) and restarted during the run")
     print("\n".join(lines))

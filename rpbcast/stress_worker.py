@@ -81,6 +81,12 @@ def run_sender(spec, node, cmds, tw):
     buf = np.zeros(batch * size, np.uint8)
     stamps = buf.reshape(batch, size)[:, :8].view(np.uint64)   # send time per message
     lens = np.full(batch, size, np.uint32)
+    labelled = spec.get("labels", "none") == "stock"
+    if labelled:
+        from rpbcast.workload import StockWorkload
+        wl = StockWorkload(seed=node.node_id)
+        pending = wl.labels(batch)
+        latest = {}                 # label -> last seq sent with it
     sent = 0
     t0 = time.monotonic_ns()
     end = t0 + int(duration * 1e9)
@@ -102,7 +108,13 @@ def run_sender(spec, node, cmds, tw):
         else:
             k = batch
         stamps[:k, 0] = time.monotonic_ns()
-        n = node.publish_batch(buf[:k * size], lens[:k])
+        if labelled:
+            n = node.publish_batch(buf[:k * size], lens[:k], pending[:k])
+            for j, l in enumerate(pending[:n].tolist()):
+                latest[l] = sent + j
+            pending = np.concatenate([pending[n:], wl.labels(n)]) if n else pending
+        else:
+            n = node.publish_batch(buf[:k * size], lens[:k])
         sent += n
         if n < k:
             blocked += 1
@@ -112,7 +124,8 @@ def run_sender(spec, node, cmds, tw):
             drain_trace(node, tw)
             next_report = now + 250_000_000
     emit(event="sent", id=node.node_id, inc=node.incarnation, count=sent, blocked=blocked,
-         seconds=(time.monotonic_ns() - t0) / 1e9)
+         seconds=(time.monotonic_ns() - t0) / 1e9,
+         latest={str(k): v for k, v in latest.items()} if labelled else None)
     while True:
         c = cmds.get()
         drain_trace(node, tw)
@@ -122,9 +135,13 @@ def run_sender(spec, node, cmds, tw):
 
 # ----------------------------------------------------------------------------
 class Tally:
-    """Per-sender delivery counts (exactly-once check) and latency histogram."""
+    """Per-sender delivery counts (exactly-once check) and latency histogram;
+    for FIFO-SRB also FIFO order and the latest value seen per label."""
 
     def __init__(self):
+        self.last_seq = {}        # (sender, inc) -> last seq delivered (FIFO check)
+        self.fifo_violations = {}
+        self.label_last = {}      # (sender, inc) -> {label: seq}
         self.counts = {}          # (sender, inc) -> np.uint8 array
         self.hist = np.zeros(len(LAT_BINS) + 1, np.int64)
         self.delivered = 0
@@ -143,6 +160,17 @@ class Tally:
         for (s, i) in set(zip(senders.tolist(), incs.tolist())):
             sel = (senders == s) & (incs == i)
             q = seqs[sel]
+            if self.semantic:
+                prev = self.last_seq.get((s, i), -1)
+                order = np.concatenate(([prev], q))
+                bad = int((np.diff(order) <= 0).sum())
+                if bad:
+                    self.fifo_violations[(s, i)] = self.fifo_violations.get((s, i), 0) + bad
+                self.last_seq[(s, i)] = int(q[-1])
+                ll = self.label_last.setdefault((s, i), {})
+                for lab, sq in zip(b.labels[sel].tolist(), q.tolist()):
+                    if sq > ll.get(lab, -1):
+                        ll[lab] = sq
             arr = self.counts.get((s, i))
             need = int(q.max()) + 1
             if arr is None or len(arr) < need:
@@ -158,7 +186,9 @@ class Tally:
         lat = now - sent_ns
         self.hist += np.bincount(np.searchsorted(LAT_BINS, lat), minlength=len(LAT_BINS) + 1)
 
-    def check(self, expect):
+    semantic = False
+
+    def check(self, expect, latest=None):
         """{sender: {...}} against expected counts {(s, inc): n}."""
         out = {}
         for (s, i), n in expect.items():
@@ -172,9 +202,24 @@ class Tally:
             out[f"{s}/{i}"] = {"expected": n, "delivered": int((a > 0).sum()), "missing": int(len(missing)),
                                "missing_ids": missing[:20].tolist(), "duplicates": int(len(dups)),
                                "duplicate_ids": dups[:20].tolist(), "unexpected": extra}
+            if self.semantic:
+                want = (latest or {}).get(f"{s}/{i}") or {}
+                have = self.label_last.get((s, i), {})
+                stale = {lab: (have.get(int(lab)), q) for lab, q in want.items() if have.get(int(lab)) != q}
+                out[f"{s}/{i}"].update(fifo_violations=self.fifo_violations.get((s, i), 0),
+                                       stale_labels=len(stale), stale_examples=dict(list(stale.items())[:5]),
+                                       labels_converged=len(want) - len(stale))
         return out
 
-    def complete(self, expect):
+    def complete(self, expect, latest=None):
+        if self.semantic:
+            # done when the latest value of every label has arrived
+            for key, want in (latest or {}).items():
+                s, i = map(int, key.split("/"))
+                have = self.label_last.get((s, i), {})
+                if any(have.get(int(lab)) != q for lab, q in (want or {}).items()):
+                    return False
+            return True
         for (s, i), n in expect.items():
             arr = self.counts.get((s, i))
             if arr is None or len(arr) < n or not arr[:n].all():
@@ -208,17 +253,29 @@ class Tally:
 def run_receiver(spec, cmds, tw_factory):
     ckpt = spec.get("checkpoint")
     tally = Tally.load(ckpt)
+    tally.semantic = bool(spec.get("semantic"))
+    slow = spec.get("slow", 0)
     from rpbcast.api import Node
     node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0))
     tw = tw_factory(node)
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
     buf = bytearray(64 << 20)
     expect = None
+    latest = None
     completed = False
     next_report = 0
     stop = False
+    consumed, t_slow = 0, time.monotonic_ns()
     while not stop:
-        b = node.recv_batch(65536, buf)
+        want = 65536
+        if slow:
+            # a throttled application: take at most `slow` messages per second
+            allowed = int((time.monotonic_ns() - t_slow) * slow / 1e9) - consumed
+            want = max(0, min(want, allowed))
+            if not want:
+                time.sleep(0.001)
+        b = node.recv_batch(want, buf) if want else node.recv_batch(0, buf)
+        consumed += b.count
         now = time.monotonic_ns()
         if b.count:
             tally.add(b, now)
@@ -228,9 +285,10 @@ def run_receiver(spec, cmds, tw_factory):
             c = cmds.get()
             if c["cmd"] == "expect":
                 expect = {tuple(map(int, k.split("/"))): v for k, v in c["counts"].items()}
+                latest = c.get("latest")
             elif c["cmd"] == "stop":
                 stop = True
-        if expect is not None and not completed and tally.complete(expect):
+        if expect is not None and not completed and tally.complete(expect, latest):
             completed = True
             emit(event="complete", id=node.node_id, t=now)
         if now >= next_report:
@@ -251,7 +309,7 @@ def run_receiver(spec, cmds, tw_factory):
     rate = tally.delivered / ((tally.last - tally.first) / 1e9) if tally.first and tally.last > tally.first else 0
     emit(event="final", id=node.node_id, role="receiver", delivered=tally.delivered, rate=rate,
          first=tally.first, last=tally.last,
-         check=tally.check(expect or {}), hist=tally.hist.tolist(), stats=final_stats(node))
+         check=tally.check(expect or {}, latest), hist=tally.hist.tolist(), stats=final_stats(node))
     return node
 
 
