@@ -827,6 +827,27 @@ class Engine:
         self.members.upsert(self._self_entry())
         self.next_join = now
 
+    def disconnect(self, now: int):
+        """An intermittently connected subscriber goes away for a while: the
+        group marks it DISCONNECTED (not failed, not gone), loggers keep what
+        it has not acknowledged (within their retention), and on
+        reconnect() it catches up from peers and loggers (thesis §1.1, §5.3)."""
+        self.freshness += 1
+        self.status = DISCONNECTED
+        self.members.upsert(self._self_entry())
+        entries = [self.members.get(self.id)]
+        for m in self._targets(now):
+            self._send_members(m.addr, entries, wire.F_PUSH)
+
+    def reconnect(self, now: int):
+        self.freshness += 1
+        self.status = MEMBER
+        self.members.upsert(self._self_entry())
+        entries = [self.members.get(self.id)]
+        for m in self._targets(now):
+            self._send_members(m.addr, entries, wire.F_PUSH)
+        self.next_gossip = now
+
     def leave(self, now: int):
         self.freshness += 1
         self.status = PENDING_LEAVE

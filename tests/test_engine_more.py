@@ -1,0 +1,115 @@
+"""Logger GC from derived ACKs, intermittently connected members, FIFO
+delivery, gossip target selection."""
+import collections
+import glob
+import os
+import random
+
+import pytest
+
+from groups import Group, payload
+from rpbcast import selection
+from rpbcast.memnet import NS
+
+
+def log_segments(g, i):
+    return glob.glob(os.path.join(g.E[i].cfg.log_dir, "seg-*.rplog"))
+
+
+def test_logger_gc_advances_when_every_member_reports(tmp_path):
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05)
+    g.publish_stream(300, per_tick=10)
+    assert g.run_until_complete(timeout=5)
+    g.net.run(3.0)            # reports reach the logger, GC runs each second
+    lg = g.E[4].logger
+    assert lg.gc_below.get((1, 1)) == 300
+    # what was collected is not served any more: a request gets a GAPNOTE
+    e = g.E[4]
+    assert not e.node.holds(1, 1, 10)
+
+
+def test_logger_gc_waits_for_a_silent_member_until_the_failsafe(tmp_path):
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05,
+              log_retention=5.0)
+    # node 3 never reports (nothing from it reaches the logger)
+    g.net.drop_filter = lambda src, dst, data: src == 3 and dst == 4
+    g.publish_stream(200, per_tick=10)
+    g.net.run(3.0)
+    lg = g.E[4].logger
+    assert lg.gc_below.get((1, 1), 0) == 0        # blocked by node 3
+    assert g.E[4].node.holds(1, 1, 5)
+    g.net.run(4.0)                                 # past log_retention: the failsafe collects
+    assert lg.gc_below.get((1, 1), 0) == 200
+
+
+def test_disconnected_member_catches_up_from_the_logger(tmp_path):
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05, gc_limit=3)
+    g.publish_stream(50, per_tick=10)
+    assert g.run_until_complete(timeout=5)
+    g.drain()
+    e3 = g.E[3]
+    e3.disconnect(g.net.now)
+    g.net.flush(3)                 # (a real transport sends at once)
+    cut = {"on": True}
+    g.net.drop_filter = lambda src, dst, data: cut["on"] and 3 in (src, dst)
+    g.net.run(0.2)
+    # the others know it is away, and stop gossiping to it
+    for i in (1, 2, 4):
+        m = g.E[i].members.get(3)
+        assert m is not None and m.status == 4          # DISCONNECTED
+    assert all(t.node_id != 3 for t in g.E[1]._targets(g.net.now))
+    g.publish_stream(200, per_tick=10)
+    g.net.run(3.0)
+    # the logger kept everything node 3 has not acknowledged
+    assert g.E[4].logger.gc_below.get((1, 1), 0) <= 50
+    cut["on"] = False
+    e3.reconnect(g.net.now)
+    g.net.flush(3)
+    assert g.run_until_complete(timeout=10)
+    assert not g.duplicates()
+    assert e3.counters()["repairs_logger"] > 0
+    g.net.run(3.0)
+    assert g.E[4].logger.gc_below.get((1, 1)) == 250   # and now it can collect
+
+
+def test_fifo_delivery_is_per_sender_in_order(tmp_path):
+    g = Group(4, senders=[1, 2], tmp_path=tmp_path, loss=0.1, jitter=0.003, delivery="fifo")
+    g.publish_stream(300, per_tick=3)
+    order = collections.defaultdict(list)
+    end = g.net.now + 20 * NS
+    while g.net.now < end:
+        g.net.run(0.01)
+        for i in (3, 4):
+            for d in g.E[i].recv():
+                order[(i, d.sender)].append(d.seq)
+        if all(len(order[(i, s)]) == 300 for i in (3, 4) for s in (1, 2)):
+            break
+    for key, seqs in order.items():
+        assert seqs == list(range(300)), f"{key} out of order or incomplete"
+    assert sum(g.E[i].counters()["gaps"] for i in (3, 4)) > 0      # reordering happened
+
+
+@pytest.mark.parametrize("kind", ["uniform", "linear", "quadratic"])
+def test_selection_follows_the_distribution(kind):
+    rng = random.Random(4)
+    cands = ["near", "mid", "far"]
+    rtts = [0.001, 0.005, 0.010]
+    w = selection.weights(rtts, kind)
+    counts = collections.Counter(selection.choose(cands, rtts, kind, rng) for _ in range(30000))
+    for c, wi in zip(cands, w):
+        assert abs(counts[c] / 30000 - wi / sum(w)) < 0.015
+    if kind == "uniform":
+        assert len(set(w)) == 1
+    else:
+        assert w[0] > w[1] > w[2] > 0
+    if kind == "quadratic":
+        lin = selection.weights(rtts, "linear")
+        assert w[2] / w[0] < lin[2] / lin[0]        # biased harder
+
+
+def test_contact_matrix_rows_are_distributions():
+    rtt = [[0, 1, 2, 3], [1, 0, 1, 2], [2, 1, 0, 1], [3, 2, 1, 0]]
+    for kind in ("uniform", "linear", "quadratic"):
+        C = selection.contact_matrix(rtt, kind)
+        for i, row in enumerate(C):
+            assert row[i] == 0 and abs(sum(row) - 1) < 1e-12
