@@ -81,8 +81,9 @@ class LoggerRole:
             self.durable[slot] = node.peer_contiguous(slot)
 
     def after_rx(self, now):
-        if self.e.cfg.fsync == "always" and self.e.node.counters()["logged"] != self.synced_count:
-            self.synced_count = self.e.node.counters()["logged"]
+        logged = self.e.node.logged
+        if self.e.cfg.fsync == "always" and logged != self.synced_count:
+            self.synced_count = logged
             self._sync()
             self._send_acks(now, force=False)
 

@@ -627,6 +627,11 @@ cdef class Node:
         d["trace_dropped"] = self.n.trace.dropped
         return d
 
+    @property
+    def logged(self):
+        """Records this logger appended to its log."""
+        return self.n.c[RP_C_LOGGED]
+
     def rx_reasons(self):
         cdef int i
         return {_REASON_NAMES[i]: self.n.rx_reason[i] for i in range(1, RP_WR__COUNT)

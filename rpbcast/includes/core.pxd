@@ -370,6 +370,7 @@ cdef extern from "node.h" nogil:
     uint32_t RP_NO_SLOT
     enum:
         RP_C__COUNT
+        RP_C_LOGGED
     const char *rp_node_counter_names[]
     ctypedef struct rp_peer_t:
         uint32_t id, inc, slot
