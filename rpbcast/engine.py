@@ -815,7 +815,12 @@ class Engine:
         self.status = status
         self.sponsors = set()
         self.next_join = None
-        self.members.upsert(self._self_entry())
+        # Same (inc, freshness) as the sponsors already hold: upsert would
+        # keep the old entry, so set the status in place (and re-sign).
+        if self.members.get(self.id) is None:
+            self.members.upsert(self._self_entry())
+        else:
+            self.members.set_status(self.id, status)
         self.events.append(("status", {MEMBER: "member", NOT_MEMBER: "not_member"}[status]))
 
     def join(self, now: int):

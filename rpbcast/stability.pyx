@@ -104,6 +104,15 @@ cdef class StabilityArrays:
     def fd_failed(self, uint32_t K):
         return rp_stab_fd_failed(&self.s, K)
 
+    def set_L(self, uint32_t i, uint32_t v):
+        """Set one live counter (own entry stays 0).  For carrying L over
+        when a caller re-indexes members, and for a newcomer that starts
+        with "not heard of yet" rather than "just heard"."""
+        if i >= self.s.n:
+            raise IndexError(f"member index {i} >= n ({self.s.n})")
+        if i != self.s.self:
+            self.s.L[i] = v
+
     def set_alive(self, uint32_t i, bint alive):
         rp_stab_set_alive(&self.s, i, alive)
 
