@@ -107,11 +107,12 @@ class Node:
     """A group member on real UDP sockets."""
 
     def __init__(self, config: Config, *, start: bool = True, log=None, resume=None,
-                 trace: int = 0, stats_socket: Optional[str] = None):
+                 trace: int = 0, stats_socket: Optional[str] = None, extensions=()):
         """resume: {(sender, inc): first seq wanted} for a restarted receiver;
         trace: capacity of the event trace buffer (0 = off);
         stats_socket: a UNIX socket path where `rpbcast stat` reads live
-        counters."""
+        counters; extensions: engine extensions to run (e.g.
+        rpbcast.gsgc.GsgcExtension()), every member running the same."""
         cfg = config.validate()
         gip, gport = netaddr.parse_hostport(cfg.group_addr)
         bip, bport = netaddr.parse_hostport(cfg.bind)
@@ -133,6 +134,8 @@ class Node:
             self.engine.resume(resume)
         if trace:
             self.engine.node.enable_trace(trace)
+        for x in extensions:
+            self.engine.add_extension(x)
         try:
             self.transport = Transport(
                 self.engine, group_ip=gip, group_port=gport, bind_ip=bip, bind_port=bport,
@@ -286,6 +289,17 @@ class Node:
             self.transport.unlock()
 
     # ---- state ----------------------------------------------------------
+    def extension_state(self, cls):
+        """state() of the first extension of this class (under the node lock)."""
+        self.transport.lock()
+        try:
+            for x in self.engine.extensions:
+                if isinstance(x, cls):
+                    return x.state()
+            return None
+        finally:
+            self.transport.unlock()
+
     def take_trace(self):
         """Recorded trace events (a dict of NumPy columns) or None."""
         self.transport.lock()

@@ -81,6 +81,8 @@ class Config:
     logger_ack_interval: float = 0.002
     logger_rtx_interval: float = 0.25     # receivers ask loggers this often (Table 7.1)
     log_retention: float = 3600.0         # timeout failsafe of logger GC (§5.2)
+    log_min_keep: float = 30.0            # keep stable messages this long: a receiver that crashed
+                                          # after receiving but before checkpointing gets them again
     logger_report_interval: float = 1.0   # members report their frontiers to a logger at least this often
 
     # FIFO-SRB (semantic reliability)
@@ -140,6 +142,7 @@ class Config:
              f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
         need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
         need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
+        need(self.log_min_keep >= 0, "log_min_keep must be >= 0 seconds")
         need(self.sponsors >= 1, "sponsors must be at least 1")
         need(self.ack_loggers >= 1, "ack_loggers must be at least 1")
         need(0 <= self.srb_window <= 1 << 24, f"srb_window must be in 0..2**24, got {self.srb_window}")

@@ -548,7 +548,7 @@ class Engine:
                 if self.logger is not None:
                     self.logger.on_request(s, i, iv, src, now)
             elif kind == wire.Section.LASTSEEN:
-                self._on_lastseen(source, data, now)
+                self._on_lastseen(source, data, now, source_inc)
             else:
                 self._on_extra_section(source, kind, data, now)
         for s, i, gc in gc_secs:
@@ -567,7 +567,7 @@ class Engine:
         for x in self.extensions:
             x.on_section(source, kind, data, now)
 
-    def _on_lastseen(self, source, data, now):
+    def _on_lastseen(self, source, data, now, source_inc=None):
         entries = [struct.unpack_from("<IIQ", data, o) for o in range(0, len(data), 16)]
         m = self.members.get(source)
         if m is not None and m.is_logger:
@@ -575,7 +575,7 @@ class Engine:
                 if s == self.id and i == self.inc:
                     self._logger_ack(source, frontier, now)
         if self.logger is not None:
-            self.logger.on_report(source, entries, now)
+            self.logger.on_report(source, entries, now, source_inc)
         for x in self.extensions:
             x.on_lastseen(source, entries, now)
 

@@ -52,6 +52,8 @@ class LoggerRole:
         self.durable = {}          # slot -> frontier covered by a sync
         self.sent = {}             # slot -> (frontier, time) of the last LOGACK
         self.reports = {}          # member id -> {(sender, inc): frontier}
+        self.report_inc = {}       # member id -> incarnation its reports come from
+        self.stable_hist = collections.deque()   # (time, {(sender, inc): stable frontier})
         self.gc_below = {}         # (sender, inc) -> collected below
         self.history = collections.deque()   # (time, {(s, i): frontier}) for the failsafe
         self.synced_count = -1
@@ -126,7 +128,13 @@ class LoggerRole:
                 self.sent[slot] = (d, now if d > last else t_adv, now)
 
     # ------------------------------------------------------------------ GC
-    def on_report(self, member_id, entries, now):
+    def on_report(self, member_id, entries, now, inc=None):
+        # A report belongs to one incarnation: a restarted member starts
+        # from its own checkpoint, so what its predecessor acknowledged
+        # does not count for it.
+        if inc is not None and self.report_inc.get(member_id) != inc:
+            self.report_inc[member_id] = inc
+            self.reports[member_id] = {}
         r = self.reports.setdefault(member_id, {})
         for s, i, frontier in entries:
             if frontier > r.get((s, i), 0):
@@ -146,13 +154,28 @@ class LoggerRole:
         failsafe = {}
         while self.history and self.history[0][0] <= horizon:
             failsafe = self.history.popleft()[1]
+        stable = {}
         for (pid, pinc), contig in snap.items():
             acks = [contig]
             for m in current:
                 if m.node_id == pid:
                     continue            # a sender has its own messages
+                if self.report_inc.get(m.node_id, m.inc) != m.inc:
+                    acks.append(0)      # reports of an older incarnation
+                    continue
                 acks.append(self.reports.get(m.node_id, {}).get((pid, pinc), 0))
-            below = min(acks)
+            stable[(pid, pinc)] = min(acks)
+        # Collect only what has been stable for log_min_keep: a member that
+        # crashes between receiving and checkpointing asks again.
+        self.stable_hist.append((now, stable))
+        keep = now - int(e.cfg.log_min_keep * NS)
+        old_stable = {}
+        while self.stable_hist and self.stable_hist[0][0] <= keep:
+            old_stable = self.stable_hist.popleft()[1]
+        if old_stable:
+            self.stable_hist.appendleft((keep, old_stable))
+        for (pid, pinc), contig in snap.items():
+            below = min(old_stable.get((pid, pinc), 0), stable.get((pid, pinc), 0))
             below = max(below, min(failsafe.get((pid, pinc), 0), contig))
             if below > self.gc_below.get((pid, pinc), 0):
                 self.log.gc(pid, pinc, below)

@@ -51,8 +51,13 @@ def add_parsers(sub):
                    help="FIFO-SRB window w (0 = reliable delivery); needs labels to purge anything")
     p.add_argument("--slow-receiver", type=float, default=0, metavar="MSGS_PER_S",
                    help="the first receiver's application consumes at most this rate")
+    p.add_argument("--gsgc", action="store_true",
+                   help="run GSGC stability detection: stability frees the buffers; report time-to-stable")
+    p.add_argument("--gsgc-b", type=int, default=1, help="GSGC gossip sub-group size b")
     p.add_argument("--kill-receiver", type=float, default=None, metavar="SECONDS",
                    help="SIGKILL the first receiver this long after the start and restart it")
+    p.add_argument("--no-restart", action="store_true",
+                   help="with --kill-receiver: leave it dead (others must declare it failed)")
     p.add_argument("--run-dir", default=None, help="where to write run.json, counters and traces")
     p.add_argument("--trace", action="store_true", help="record per-node event traces (needs pyarrow)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for repairs after sending")
@@ -170,6 +175,7 @@ def main(args):
                 cfg["fsync"] = "interval"
             spec = {"role": role, "config": cfg, "size": args.size, "rate": args.rate,
                     "labels": args.labels, "semantic": bool(args.srb_window),
+                    "gsgc": args.gsgc, "gsgc_b": args.gsgc_b,
                     "slow": args.slow_receiver if (role == "receiver" and i == receivers[0]) else 0,
                     "duration": args.duration, "batch": args.batch, "run_dir": run_dir,
                     "run_id": run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
@@ -210,6 +216,8 @@ def main(args):
         for i in senders:
             procs[i].send(cmd="start", at=at)
         progress = {i: 0 for i in senders + receivers}
+        buffer_peaks, buffer_last = {}, {}
+        dead = set()
         sent = {}
         complete = set()
         killed = False
@@ -228,6 +236,12 @@ def main(args):
                 kind = ev["event"]
                 if kind == "progress":
                     progress[ev["id"]] = ev.get("sent", ev.get("delivered", 0))
+                    b = ev.get("buffers")
+                    if b:
+                        peak = buffer_peaks.setdefault(ev["id"], {})
+                        for k, v in b.items():
+                            peak[k] = max(peak.get(k, 0), v)
+                        buffer_last[ev["id"]] = b
                 elif kind == "sent":
                     sent[ev["id"]] = ev
                 elif kind == "complete":
@@ -242,21 +256,26 @@ def main(args):
                     and time.monotonic_ns() - at >= args.kill_receiver * 1e9):
                 victim = receivers[0]
                 procs[victim].kill()
-                time.sleep(0.2)
-                spawn(victim, "receiver")
                 killed = True
+                if args.no_restart:
+                    dead.add(victim)
+                    del procs[victim]
+                else:
+                    time.sleep(0.2)
+                    spawn(victim, "receiver", {"restarted": True})
             if len(sent) == len(senders) and not expect_sent:
                 expect = {f"{i}/{sent[i]['inc']}": sent[i]["count"] for i in senders}
                 latest = {f"{i}/{sent[i]['inc']}": sent[i].get("latest") for i in senders}
                 for i in receivers:
-                    procs[i].send(cmd="expect", counts=expect, latest=latest)
+                    if i in procs:
+                        procs[i].send(cmd="expect", counts=expect, latest=latest)
                 expect_sent = True
                 send_end = now
                 wait_deadline = now + args.timeout
-            if expect_sent and killed and receivers[0] in procs and receivers[0] not in complete:
+            if expect_sent and killed and receivers[0] in procs and receivers[0] not in complete and not dead:
                 # a restarted receiver needs the expectation too
                 procs[receivers[0]].send(cmd="expect", counts=expect, latest=latest)
-            if expect_sent and complete >= set(receivers):
+            if expect_sent and complete >= set(receivers) - dead:
                 break
             if wait_deadline and now > wait_deadline:
                 break
@@ -282,8 +301,13 @@ def main(args):
                 finals[ev["id"]] = ev
             elif ev["event"] == "error":
                 errors.append(ev)
-        summary = summarize(args, senders, receivers, loggers, sent, finals, transport, loss_model, dropped,
-                            complete, send_end, t_start, killed)
+        summary = summarize(args, senders, [r for r in receivers if r not in dead], loggers, sent, finals,
+                            transport, loss_model, dropped, complete, send_end, t_start, killed)
+        summary["dead_receivers"] = sorted(dead)
+        summary["buffer_peaks"] = buffer_peaks
+        summary["buffer_end"] = buffer_last
+        if args.gsgc:
+            summary["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
         summary["run_dir"] = run_dir
         meta = {"run_id": run_id, "kind": "stress", "protocol": "rpbcast", "clock": "monotonic",
                 "nodes": [{"id": i, "role": "logger" if i in loggers else "member", "addr": addrs[i]} for i in addrs],
@@ -307,6 +331,14 @@ def main(args):
             netns.delete(ns)
         if not args.run_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def gsgc_brief(st):
+    if not st:
+        return None
+    tts = st.get("tts") or st.get("time_to_stable") or {}
+    return {"rounds": st.get("rounds_completed", st.get("rounds")), "time_to_stable": tts,
+            "failed": st.get("failed"), "K": st.get("K")}
 
 
 def draw(progress, senders, receivers, sent, elapsed):
@@ -401,7 +433,19 @@ def print_summary(s):
             f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "
             f"{s['per_receiver_purged'][i]:,} obsolete dropped" for i in s["per_receiver_rate"]))
     if s.get("receiver_killed"):
-        lines.append("  a receiver was killed (SIGKILL) and restarted during the run")
+        lines.append("  a receiver was killed (SIGKILL) " + (f"and left dead: node {s['dead_receivers']}"
+                                                           if s.get("dead_receivers") else "and restarted") +
+                     " during the run")
+    if s.get("buffer_peaks"):
+        peak = max((p.get("store_entries", 0) for p in s["buffer_peaks"].values()), default=0)
+        end = max((p.get("store_entries", 0) for p in s.get("buffer_end", {}).values()), default=0)
+        lines.append(f"  buffers         peak {peak:,} stored messages on a node, {end:,} at the end")
+    if s.get("gsgc"):
+        for i, g in sorted(s["gsgc"].items()):
+            if g:
+                tts = g.get("time_to_stable") or {}
+                lines.append(f"  gsgc node {i:<5} rounds {g.get('rounds')}, time-to-stable "
+                             f"p50 {tts.get('p50')} p99 {tts.get('p99')}, failed {g.get('failed')}")
     print("\n".join(lines))
 
 

@@ -64,6 +64,30 @@ def final_stats(node):
     return {k: v for k, v in st.items() if not isinstance(v, (bytes,))}
 
 
+def extensions(spec):
+    if not spec.get("gsgc"):
+        return []
+    from rpbcast.gsgc import GsgcExtension
+    return [GsgcExtension(b=spec.get("gsgc_b", 1), newcomer=bool(spec.get("restarted")))]
+
+
+def gsgc_state(node):
+    from rpbcast.gsgc import GsgcExtension
+    st = node.extension_state(GsgcExtension)
+    if st is None:
+        return None
+    return {"rounds_completed": st["rounds_completed"], "tts": st["tts"], "failed": st["failed"],
+            "K": st["K"], "S": {f"{s}/{i}": v for (s, i), v in st["S"].items()},
+            "events": [[str(x) for x in ev] for ev in st["events"]]}
+
+
+def buffers(node):
+    """Memory held right now: the bounded-buffer evidence."""
+    st = node.stats()
+    return {"store_entries": st["store_entries"], "store_bytes": st["store_bytes"],
+            "gossip_entries": st["gossip_buffer_entries"], "gossip_bytes": st["gossip_buffer_bytes"]}
+
+
 # ----------------------------------------------------------------------------
 def run_sender(spec, node, cmds, tw):
     size, rate, duration = spec["size"], spec["rate"], spec["duration"]
@@ -120,7 +144,7 @@ def run_sender(spec, node, cmds, tw):
             blocked += 1
             time.sleep(0.0002)          # back-pressure: let loggers catch up
         if now >= next_report:
-            emit(event="progress", id=node.node_id, sent=sent)
+            emit(event="progress", id=node.node_id, sent=sent, buffers=buffers(node))
             drain_trace(node, tw)
             next_report = now + 250_000_000
     emit(event="sent", id=node.node_id, inc=node.incarnation, count=sent, blocked=blocked,
@@ -256,7 +280,8 @@ def run_receiver(spec, cmds, tw_factory):
     tally.semantic = bool(spec.get("semantic"))
     slow = spec.get("slow", 0)
     from rpbcast.api import Node
-    node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0))
+    node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0),
+                extensions=extensions(spec))
     tw = tw_factory(node)
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
     buf = bytearray(64 << 20)
@@ -292,7 +317,7 @@ def run_receiver(spec, cmds, tw_factory):
             completed = True
             emit(event="complete", id=node.node_id, t=now)
         if now >= next_report:
-            emit(event="progress", id=node.node_id, delivered=tally.delivered)
+            emit(event="progress", id=node.node_id, delivered=tally.delivered, buffers=buffers(node))
             drain_trace(node, tw)
             if ckpt:
                 tally.save(ckpt)
@@ -309,13 +334,14 @@ def run_receiver(spec, cmds, tw_factory):
     rate = tally.delivered / ((tally.last - tally.first) / 1e9) if tally.first and tally.last > tally.first else 0
     emit(event="final", id=node.node_id, role="receiver", delivered=tally.delivered, rate=rate,
          first=tally.first, last=tally.last,
-         check=tally.check(expect or {}, latest), hist=tally.hist.tolist(), stats=final_stats(node))
+         check=tally.check(expect or {}, latest), hist=tally.hist.tolist(), stats=final_stats(node),
+         gsgc=gsgc_state(node) if spec.get("gsgc") else None)
     return node
 
 
 def run_logger(spec, cmds, tw_factory):
-    from rpbcast.api import Logger
-    node = Logger(make_config(spec))
+    from rpbcast.api import Node
+    node = Node(make_config(spec).replace(role="logger"), extensions=extensions(spec))
     tw = tw_factory(node)
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr)
     while True:
@@ -327,7 +353,8 @@ def run_logger(spec, cmds, tw_factory):
         if c["cmd"] == "stop":
             break
     drain_trace(node, tw)
-    emit(event="final", id=node.node_id, role="logger", stats=final_stats(node))
+    emit(event="final", id=node.node_id, role="logger", stats=final_stats(node),
+         gsgc=gsgc_state(node) if spec.get("gsgc") else None)
     return node
 
 
@@ -345,10 +372,11 @@ def main():
     try:
         if role == "sender":
             from rpbcast.api import Node
-            node = Node(make_config(spec), trace=spec.get("trace_cap", 0))
+            node = Node(make_config(spec), trace=spec.get("trace_cap", 0), extensions=extensions(spec))
             tw = twf(node)
             run_sender(spec, node, cmds, tw)
-            emit(event="final", id=node.node_id, role="sender", stats=final_stats(node))
+            emit(event="final", id=node.node_id, role="sender", stats=final_stats(node),
+                 gsgc=gsgc_state(node) if spec.get("gsgc") else None)
         elif role == "receiver":
             node = run_receiver(spec, cmds, twf)
         else:

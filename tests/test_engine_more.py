@@ -17,7 +17,7 @@ def log_segments(g, i):
 
 
 def test_logger_gc_advances_when_every_member_reports(tmp_path):
-    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05)
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05, log_min_keep=0)
     g.publish_stream(300, per_tick=10)
     assert g.run_until_complete(timeout=5)
     g.net.run(3.0)            # reports reach the logger, GC runs each second
@@ -30,7 +30,7 @@ def test_logger_gc_advances_when_every_member_reports(tmp_path):
 
 def test_logger_gc_waits_for_a_silent_member_until_the_failsafe(tmp_path):
     g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05,
-              log_retention=5.0)
+              log_retention=5.0, log_min_keep=0)
     # node 3 never reports (nothing from it reaches the logger)
     g.net.drop_filter = lambda src, dst, data: src == 3 and dst == 4
     g.publish_stream(200, per_tick=10)
@@ -42,8 +42,38 @@ def test_logger_gc_waits_for_a_silent_member_until_the_failsafe(tmp_path):
     assert lg.gc_below.get((1, 1), 0) == 200
 
 
+def test_logger_keeps_stable_messages_for_log_min_keep(tmp_path):
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05, log_min_keep=4.0)
+    g.publish_stream(100, per_tick=10)
+    assert g.run_until_complete(timeout=5)
+    g.net.run(2.5)
+    lg = g.E[4].logger
+    assert lg.gc_below.get((1, 1), 0) == 0       # stable, but not for 4 s yet
+    g.net.run(4.0)
+    assert lg.gc_below.get((1, 1)) == 100
+
+
+def test_a_restarted_members_predecessor_does_not_acknowledge_for_it(tmp_path):
+    """Reports belong to an incarnation: what a crashed receiver received but
+    never checkpointed must stay with the logger for its successor."""
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05, log_min_keep=0)
+    g.publish_stream(100, per_tick=10)
+    assert g.run_until_complete(timeout=5)
+    g.net.run(0.5)
+    g.net.crash(3)
+    g.start(3, incarnation=2, catch_up=True)           # comes back, wants everything again
+    g.net.run(0.3)
+    lg = g.E[4].logger
+    g.publish_stream(50, per_tick=10)
+    g.net.run(2.5)
+    assert lg.report_inc.get(3) == 2
+    assert g.run_until_complete(timeout=10)             # it got all 150 back
+    assert {k[2] for k in g.got[3]} == set(range(150))
+
+
 def test_disconnected_member_catches_up_from_the_logger(tmp_path):
-    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05, gc_limit=3)
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, logger_report_interval=0.05, gc_limit=3,
+              log_min_keep=0)
     g.publish_stream(50, per_tick=10)
     assert g.run_until_complete(timeout=5)
     g.drain()

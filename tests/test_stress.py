@@ -50,3 +50,28 @@ def test_unicast_fallback_with_in_process_loss(tmp_path):
     assert rc == 0 and s["exactly_once"], s["problems"]
     assert s["transport"] == "unicast" and s["loss_model"].startswith("in-process")
     assert s["repairs_peer"] + s["repairs_logger"] > 0
+
+
+@pytest.mark.netns
+def test_gsgc_declares_a_killed_receiver_failed_and_gc_resumes(tmp_path):
+    rc, s = stress("--receivers", "2", "--loggers", "1", "--rate", "30000", "--duration", "4", "--gsgc",
+                   "--kill-receiver", "1.0", "--no-restart", tmp_path=tmp_path)
+    assert rc == 0 and s["exactly_once"], s["problems"]
+    victim = s["dead_receivers"][0]
+    live = [i for i, g in s["gsgc"].items() if g]
+    assert len(live) == 3
+    for i in live:
+        g = s["gsgc"][i]
+        assert victim in g["failed"], f"node {i} did not declare {victim} failed"
+        assert g["rounds"] > 10 and g["time_to_stable"]["count"] > 0
+    # buffers were collected after the failure: far below a run's worth of messages
+    for i, b in s["buffer_end"].items():
+        if int(i) != victim:
+            assert b["store_entries"] < 0.1 * s["sent"]
+
+
+@pytest.mark.netns
+def test_gsgc_with_a_restarted_receiver_stays_exactly_once(tmp_path):
+    rc, s = stress("--receivers", "2", "--loggers", "1", "--rate", "30000", "--duration", "3", "--gsgc",
+                   "--kill-receiver", "0.8", tmp_path=tmp_path)
+    assert rc == 0 and s["exactly_once"], s["problems"]
