@@ -64,6 +64,7 @@ class Config:
     selection: str = "linear"             # target selection by RTT: uniform, linear, quadratic
     immediate_nack: bool = True           # pull as soon as a gap is seen (§4.1)
     nack_min_interval: float = 0.001      # at most one immediate pull per interval
+    nack_retry: float = 0.003             # ask again for what is still missing after this (doubling)
     repair_rate: float = 0.0              # repairs/s this node serves (0 = unlimited; §7.1)
     repair_burst: float = 0.0
     max_scan: int = 65536                 # ids examined per requested section
@@ -135,7 +136,7 @@ class Config:
         for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
                      "idle_after", "logger_retx_timeout", "fsync_interval", "logger_ack_interval",
                      "logger_rtx_interval", "log_retention", "logger_report_interval", "ping_interval",
-                     "srb_report_interval"):
+                     "srb_report_interval", "nack_retry"):
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and v > 0, f"{name} must be a positive number of seconds, got {v!r}")
         need(isinstance(self.gc_limit, int) and self.gc_limit >= 1,

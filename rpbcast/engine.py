@@ -95,6 +95,8 @@ class Engine:
         self.next_gossip = now + self.rng.randrange(max(gi, 1))
         self.last_nack = -(1 << 62)
         self.next_nack: Optional[int] = None
+        self.next_nack_retry: Optional[int] = None
+        self._retry_backoff = _ns(cfg.nack_retry)
         self.next_logger_rtx = now + _ns(cfg.logger_rtx_interval)
         self.next_ping = now + self.rng.randrange(max(_ns(cfg.ping_interval), 1))
         self.next_join = now if cfg.join else None
@@ -225,6 +227,8 @@ class Engine:
         t = [self.next_gossip, self.next_logger_rtx, self.next_ping, self.next_report]
         if self.next_nack is not None:
             t.append(self.next_nack)
+        if self.next_nack_retry is not None:
+            t.append(self.next_nack_retry)
         if self.next_join is not None:
             t.append(self.next_join)
         if self.node.next_seq and self.idle_announced != self.node.next_seq:
@@ -249,6 +253,10 @@ class Engine:
         if self.next_nack is not None and now >= self.next_nack:
             self.next_nack = None
             self._nack(now)
+        if self.next_nack_retry is not None and now >= self.next_nack_retry:
+            self.next_nack_retry = None
+            if self.cfg.immediate_nack:
+                self._nack(now, retry=True)
         if now >= self.next_logger_rtx:
             self._logger_phase_rtx(now)
             self.next_logger_rtx = now + _ns(cfg.logger_rtx_interval)
@@ -290,7 +298,7 @@ class Engine:
             return None
         return choose(c, [m.rtt for m in c], self.cfg.selection, self.rng)
 
-    def _missing_sections(self, phase, budget, mark=True, rotate=True):
+    def _missing_sections(self, phase, budget, mark=True, rotate=True, from_start=False):
         """MISSING sections of this phase within budget bytes.  Returns
         (sections, ids asked)."""
         node = self.node
@@ -306,7 +314,7 @@ class Engine:
             room = budget - used - 12          # section header + (sender, inc)
             if room < 8:
                 break
-            cursor = node.gossip_cursor(slot)
+            cursor = 0 if from_start else node.gossip_cursor(slot)
             d, cov, k_ids = node.missing_digest(slot, phase, room, cursor)
             if not d and cursor:
                 cursor = 0
@@ -323,8 +331,9 @@ class Engine:
             nids += k_ids
             if mark:
                 node.mark_inflight(slot, cursor, cov)
-            nxt = cov + 1
-            node.set_gossip_cursor(slot, nxt if nxt < node.peer_next(slot) else 0)
+            if not from_start:
+                nxt = cov + 1
+                node.set_gossip_cursor(slot, nxt if nxt < node.peer_next(slot) else 0)
         if rotate:
             self._start_slot += 1
         return secs, nids
@@ -388,16 +397,27 @@ class Engine:
                 if old and node.peer_missing_count(slot, PHASE_GOSSIP):
                     node.to_logger_phase(slot, 0, old - 1)
 
-    def _nack(self, now):
-        """Immediate pull for gaps just seen (§4.1: request on detection)."""
+    def _nack(self, now, retry=False):
+        """Immediate pull for gaps just seen (§4.1: request on detection).
+        A NACK or its repair can be lost too: until the ids arrive, ask
+        again after nack_retry, doubling up to the gossip interval, instead
+        of waiting for the next gossip round -- that wait is what sets the
+        tail latency under loss."""
         node = self.node
         node.clear_nack()
         if self.status not in (MEMBER, PENDING_LEAVE):
             return
         budget = self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - wire.GOSSIP_FIXED - SEC_BUDGET_SLACK
-        secs, nids = self._missing_sections(PHASE_NEW, budget, rotate=False)
+        secs, nids = self._missing_sections(PHASE_GOSSIP if retry else PHASE_NEW, budget, rotate=False,
+                                            from_start=True)
         if not secs:
+            self.next_nack_retry = None
             return
+        if retry:
+            self._retry_backoff = min(self._retry_backoff * 2, self._gossip_ns)
+        else:
+            self._retry_backoff = _ns(self.cfg.nack_retry)
+        self.next_nack_retry = now + self._retry_backoff
         # Ask the sender of the first section if we know where it is: it
         # holds every message it sent until a logger has it.
         target = None

@@ -324,6 +324,14 @@ def main(args):
             return report_failure(errors, work)
         return 0 if summary["exactly_once"] else 1
     finally:
+        # Workers close their trace files and write counters after their
+        # final report: let them exit on their own first.
+        end = time.time() + 15
+        for p in procs.values():
+            try:
+                p.p.wait(timeout=max(0.1, end - time.time()))
+            except subprocess.TimeoutExpired:
+                pass
         for p in procs.values():
             if p.p.poll() is None:
                 p.kill()
