@@ -65,6 +65,10 @@ class Config:
     immediate_nack: bool = True           # pull as soon as a gap is seen (§4.1)
     nack_min_interval: float = 0.001      # at most one immediate pull per interval
     nack_retry: float = 0.003             # ask again for what is still missing after this (doubling)
+    nack_target: str = "auto"             # immediate pulls go to: "sender" (lowest latency), "random"
+                                          # (the thesis's gossip target; no implosion at the sender),
+                                          # "auto" = sender up to nack_sender_max members, random above
+    nack_sender_max: int = 16
     repair_rate: float = 0.0              # repairs/s this node serves (0 = unlimited; §7.1)
     repair_burst: float = 0.0
     max_scan: int = 65536                 # ids examined per requested section
@@ -129,6 +133,8 @@ class Config:
         need(self.role in ROLES, f"role must be one of {ROLES}, got {self.role!r}")
         need(self.selection in SELECTIONS, f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         need(self.delivery in DELIVERY, f"delivery must be one of {DELIVERY}, got {self.delivery!r}")
+        need(self.nack_target in ("auto", "sender", "random"),
+             f"nack_target must be 'auto', 'sender' or 'random', got {self.nack_target!r}")
         need(self.fsync in FSYNC, f"fsync must be one of {FSYNC}, got {self.fsync!r}")
         need(576 <= self.mtu <= 65507, f"mtu must be between 576 and 65507 bytes, got {self.mtu}")
         need(self.store_bytes >= 1 << 16, f"store_bytes must be at least 64 KiB, got {self.store_bytes}")

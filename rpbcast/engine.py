@@ -103,6 +103,7 @@ class Engine:
         self.next_report = now + _ns(cfg.logger_report_interval)
         self.idle_announced = -1          # next_seq value the idle heartbeat covered
         self.gossip_seq = 0
+        self._reply_parts = {}      # source -> [list size, {id: key} seen so far, time]
         self._now = now
         self._start_slot = 0
         self._next_hist = {}
@@ -177,6 +178,7 @@ class Engine:
         m = self.members.get(self.id)
         if m is not None and m.addr != addr:
             m.addr = addr
+            self.members.version += 1
 
     def publish(self, payload, label: Optional[int] = None, now: int = 0) -> int:
         return self.node.publish(payload, label, now)
@@ -418,13 +420,20 @@ class Engine:
         else:
             self._retry_backoff = _ns(self.cfg.nack_retry)
         self.next_nack_retry = now + self._retry_backoff
-        # Ask the sender of the first section if we know where it is: it
-        # holds every message it sent until a logger has it.
+        # In a small group ask the sender of the first section: it holds
+        # every message it sent until a logger has it, so one round trip
+        # repairs.  In a large group that is an implosion (every receiver
+        # behind a shared loss asks at once): pull from a random peer, as
+        # the thesis does.
         target = None
-        pid = struct.unpack_from("<I", secs[0], 4)[0]
-        m = self.members.get(pid)
-        if m is not None and m.status in (MEMBER, PENDING_LEAVE):
-            target = m
+        mode = self.cfg.nack_target
+        if mode == "auto":
+            mode = "sender" if len(self.members) <= self.cfg.nack_sender_max else "random"
+        if mode == "sender":
+            pid = struct.unpack_from("<I", secs[0], 4)[0]
+            m = self.members.get(pid)
+            if m is not None and m.status in (MEMBER, PENDING_LEAVE):
+                target = m
         if target is None:
             target = self._pick_target(now)
         if target is None:
@@ -635,10 +644,12 @@ class Engine:
             self._emit(dest, T.HBLIST, wire.hb_entries(entries[k:k + per]), flags=flags)
 
     def _send_members(self, dest, members, flags):
+        """A list over as many MEMBERS messages as it takes; aux = the size
+        of the whole list, so the receiver knows when it has every part."""
         per = (self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR) // wire.MEMBER_ENTRY
         for k in range(0, len(members), per):
             body = b"".join(self._member_bytes(m) for m in members[k:k + per])
-            self._emit(dest, T.MEMBERS, body, flags=flags)
+            self._emit(dest, T.MEMBERS, body, flags=flags, aux=len(members))
 
     def _on_hblist(self, msg, now):
         type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
@@ -827,7 +838,20 @@ class Engine:
         if changed:
             self._update_hold_send()
         if flags & wire.F_REPLY:
-            push = [m for m in self.members.behind(theirs)]
+            # Push back what the replier is behind on.  Entries it holds in
+            # an older version: at once.  Entries it lacks: only once every
+            # part of its list has arrived (a part lacks most entries; pushing
+            # on each part multiplied the traffic by the number of parts).
+            stale = [m for m in self.members.members.values()
+                     if m.node_id in theirs and theirs[m.node_id] < m.key()]
+            acc = self._reply_parts.get(source)
+            if acc is None or acc[0] != aux or now - acc[2] > self._gossip_ns:
+                acc = self._reply_parts[source] = [aux, {}, now]
+            acc[1].update(theirs)
+            push = stale
+            if len(acc[1]) >= aux:
+                push = self.members.behind(acc[1])
+                del self._reply_parts[source]
             if push:
                 self._send_members(src, push, wire.F_PUSH)
 

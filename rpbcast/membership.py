@@ -73,6 +73,7 @@ class MemberTable:
         self._slots: Dict[int, int] = {}
         self._sig = Signature(MEMBERSHIP_SEED)
         self.version = 0            # bumps on every change (cheap cache key)
+        self._live_cache = None
 
     # -- signature ---------------------------------------------------------
     def _resign(self, m: Member):
@@ -95,20 +96,24 @@ class MemberTable:
     def __len__(self):
         return len(self.members)
 
+    def _live(self):
+        """Members other than self that are in the group (cached per version:
+        the engine asks many times per round)."""
+        if self._live_cache is None or self._live_cache[0] != self.version:
+            live = [m for m in self.members.values()
+                    if m.node_id != self.self_id and m.status in (MEMBER, PENDING_LEAVE)]
+            self._live_cache = (self.version, live, [m for m in live if m.is_logger])
+        return self._live_cache
+
     def active(self, now: int = 0, timeout_ns: int = 0):
         """Members (not self) that can be gossip targets."""
-        out = []
-        for m in self.members.values():
-            if m.node_id == self.self_id or m.status not in (MEMBER, PENDING_LEAVE):
-                continue
-            if timeout_ns and m.last_heard and now - m.last_heard > timeout_ns:
-                continue
-            out.append(m)
-        return out
+        live = self._live()[1]
+        if not timeout_ns:
+            return list(live)
+        return [m for m in live if not (m.last_heard and now - m.last_heard > timeout_ns)]
 
     def loggers(self):
-        return [m for m in self.members.values()
-                if m.is_logger and m.status in (MEMBER, PENDING_LEAVE) and m.node_id != self.self_id]
+        return list(self._live()[2])
 
     def current(self):
         """Members whose acknowledgment a logger waits for (§5.2)."""
@@ -124,6 +129,7 @@ class MemberTable:
         if cur is not None and cur.key() >= m.key():
             if cur.key() == m.key() and (cur.addr != m.addr and m.addr):
                 cur.addr = m.addr
+                self.version += 1
             return False
         if cur is not None:
             # keep local observations
