@@ -48,10 +48,13 @@ class MemNet:
     def member_specs(ids, loggers=()):
         return [MemberSpec(i, i, "logger" if i in loggers else "member") for i in ids]
 
-    def add(self, config: Config, log=None) -> Engine:
+    def add(self, config: Config, log=None, factory=None) -> Engine:
+        """Add a node.  factory(config, now, rng, log) builds another engine
+        with the same interface (a baseline protocol); default Engine."""
         addr = config.addr or config.node_id
         config = config.replace(addr=addr)
-        e = Engine(config, self.now, random.Random(self.rng.getrandbits(64)), log=log)
+        make = factory or (lambda c, now, rng, log: Engine(c, now, rng, log=log))
+        e = make(config, self.now, random.Random(self.rng.getrandbits(64)), log)
         self.engines[addr] = e
         self.down.discard(addr)
         self._arm(addr)
