@@ -507,7 +507,9 @@ int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint
     int64_t sid = rp_log_stream(l, sender, inc);
     if (sid < 0)
         return (int)sid;
-    if (lp_get(&l->streams[sid].idx, seq))
+    /* Below the GC frontier the record was stable everywhere and is gone:
+     * logging it again would only bring back what GC already collected. */
+    if (seq < l->streams[sid].gc_below || lp_get(&l->streams[sid].idx, seq))
         return 1;
     uint32_t reclen = RP_LOG_HDR + plen;
     rp_lseg_t *seg = &l->segs[l->nsegs - 1];
@@ -611,10 +613,12 @@ long rp_log_read(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, const
 /* ---- GC ---------------------------------------------------------------- */
 
 int64_t rp_log_gc(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t below) {
-    uint64_t *v = rp_hmap_get(&l->sindex, ((uint64_t)sender << 32) | inc, 0);
-    if (!v)
-        return 0;
-    rp_lstream_t *s = &l->streams[*v];
+    /* A frontier for a stream not seen yet still counts: its records below
+     * it are stable and must not be logged later. */
+    int64_t sid = rp_log_stream(l, sender, inc);
+    if (sid < 0)
+        return sid;
+    rp_lstream_t *s = &l->streams[sid];
     if (below <= s->gc_below)
         return 0;
     int64_t dropped = 0;

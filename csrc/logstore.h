@@ -89,8 +89,8 @@ void rp_log_close(rp_log_t *l);
 /* Stream id of (sender, inc), created on first use; < 0 on error. */
 int64_t rp_log_stream(rp_log_t *l, uint32_t sender, uint32_t inc);
 
-/* Append a record.  Returns 0, 1 if (stream, seq) was already logged
- * (nothing written), or a negative error. */
+/* Append a record.  Returns 0, 1 if (stream, seq) was already logged or
+ * lies below the stream's GC frontier (nothing written), or a negative error. */
 int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t label,
                   int64_t t, const uint8_t *payload, uint32_t plen);
 
@@ -109,8 +109,9 @@ int rp_log_has(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq);
 long rp_log_read(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, const uint8_t **payload,
                  uint64_t *label);
 
-/* Everything of (sender, inc) below seq may be collected.  Returns the
- * number of index entries dropped; segments whose records are all
+/* Everything of (sender, inc) below seq may be collected, and is refused
+ * by later appends.  Returns the number of index entries dropped (< 0 on
+ * error); segments whose records are all
  * collectable are deleted (the newest segment never is). */
 int64_t rp_log_gc(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t below);
 

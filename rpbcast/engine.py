@@ -181,10 +181,20 @@ class Engine:
             self.members.version += 1
 
     def publish(self, payload, label: Optional[int] = None, now: int = 0) -> int:
+        self._unacked_from(now)
         return self.node.publish(payload, label, now)
 
     def publish_batch(self, payloads, lens, labels=None, now: int = 0) -> int:
+        self._unacked_from(now)
         return self.node.publish_batch(payloads, lens, labels, now)
+
+    def _unacked_from(self, now):
+        # The logger-resend clock starts with the first unacknowledged
+        # message, not at the last timer tick: a sender idle for longer than
+        # logger_retx_timeout must not resend its next message at once.
+        node = self.node
+        if node.acked >= node.next_seq:
+            self._ack_progress_t = now
 
     def receive_datagram(self, data, addr: int, now: int) -> int:
         r = self.node.rx(data, addr, now)

@@ -68,7 +68,7 @@ cdef class LogStore:
     def append(self, uint32_t sender, uint32_t inc, uint64_t seq, const uint8_t[::1] payload not None,
                label=None, int64_t t=0):
         """Append a record; returns False if (sender, inc, seq) was already
-        logged."""
+        logged, or lies below the stream's GC frontier (collected as stable)."""
         self._check()
         cdef uint64_t lab = NOLABEL if label is None else <uint64_t>label
         cdef uint8_t z = 0
@@ -139,7 +139,10 @@ cdef class LogStore:
         """Everything of (sender, inc) below ``below`` may go; returns the
         number of records dropped from the index."""
         self._check()
-        return rp_log_gc(&self.l, sender, inc, below)
+        cdef int64_t r = rp_log_gc(&self.l, sender, inc, below)
+        if r < 0:
+            raise MemoryError("log stream table")
+        return r
 
     def streams(self):
         """[(sender, inc, count, min_seq, max_seq)] of indexed records."""
