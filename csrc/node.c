@@ -143,7 +143,7 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     if (rp_seqtrack_init(&p->st, base, n->max_gap, 0) || rp_iset_init(&p->lmissing, 4, 0) ||
         rp_iset_init(&p->inflight, 4, 0))
         goto fail;
-    if (n->fifo) {
+    if (n->fifo && !n->no_deliver) {   /* a logger delivers nothing: no queue to grow */
         p->q = (rp_srbq_t *)malloc(sizeof(rp_srbq_t));
         if (!p->q || rp_srbq_init(p->q, base, n->srb_w, 256, 0)) {
             free(p->q);
@@ -238,13 +238,40 @@ static inline void not_idle(rp_node_t *n, rp_peer_t *p, uint64_t seq) {
     }
 }
 
+/* Release the delivery-queue hold of messages the queue purged (TP4): a
+ * newer value of their label entered its deliverable prefix. */
+static void q_release_purged(rp_node_t *n, rp_peer_t *p, int64_t now) {
+    uint64_t h[64], s[64];
+    size_t k;
+    if (!p->q)
+        return;
+    do {
+        k = rp_srbq_take_purged(p->q, h, s, 64);
+        for (size_t i = 0; i < k; i++) {
+            rp_mstore_release(&n->store, h[i], RP_MS_QUEUE);
+            n->c[RP_C_PURGED]++;
+            if (n->tracing)
+                rp_trace(&n->trace, now, RP_EV_PURGE, p->id, p->inc, s[i], 0, 0, 0);
+        }
+    } while (k == 64);
+}
+
 /* FIFO-SRB: the sender sent `seq`, so older ids outside its window that we
  * still miss were purged. */
 static void srb_infer(rp_node_t *n, rp_peer_t *p, uint64_t seq, int64_t now) {
-    uint64_t lo, hi;
-    if (!n->srb_w || !p->q)
+    uint64_t lo = 0, hi = 0;
+    int64_t k = 0;
+    if (!n->srb_w)
         return;
-    int64_t k = rp_srbq_infer(p->q, seq, &lo, &hi);
+    if (p->q) {
+        k = rp_srbq_infer(p->q, seq, &lo, &hi);
+        q_release_purged(n, p, now);
+    } else if (seq >= n->srb_w && p->st.missing.n && p->st.missing.v[0].lo <= seq - n->srb_w) {
+        /* No delivery queue (a logger): the same inference on the tracker. */
+        lo = p->st.missing.v[0].lo;
+        hi = seq - n->srb_w;
+        k = 1;
+    }
     if (k > 0) {
         int64_t f = rp_seqtrack_forget(&p->st, lo, hi);
         rp_iset_remove(&p->lmissing, lo, hi);
@@ -414,24 +441,13 @@ static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t
     if (p->q && !(holds & RP_MS_QUEUE) && !n->no_deliver)
         rp_srbq_mark_purged(p->q, m->seq);      /* read through the table only */
     if (p->q && t >= 0 && (holds & RP_MS_QUEUE)) {
-        uint64_t ph = 0, ps = 0;
-        int r = rp_srbq_insert(p->q, m->seq, label, (uint64_t)t, &ph, &ps);
-        if (r == RP_SQ_R_OBSOLETE || r == RP_SQ_R_OLD || r < 0) {
+        int r = rp_srbq_insert(p->q, m->seq, label, (uint64_t)t);
+        if (r != RP_SQ_R_QUEUED)
             rp_mstore_release(&n->store, (uint64_t)t, RP_MS_QUEUE);
-            if (r == RP_SQ_R_OBSOLETE) {
-                n->c[RP_C_PURGED]++;
-                if (n->tracing)
-                    rp_trace(&n->trace, now, RP_EV_PURGE, p->id, p->inc, m->seq, 0, 0, 0);
-            }
-        } else if (r & RP_SQ_R_PURGED_OLDER) {
-            rp_mstore_release(&n->store, ph, RP_MS_QUEUE);
-            n->c[RP_C_PURGED]++;
-            if (n->tracing)
-                rp_trace(&n->trace, now, RP_EV_PURGE, p->id, p->inc, ps, 0, 0, 0);
-        }
     }
     if (p->q)
-        srb_infer(n, p, m->seq, now);
+        q_release_purged(n, p, now);
+    srb_infer(n, p, m->seq, now);
 }
 
 int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now) {
@@ -450,8 +466,7 @@ int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, i
         p->idle_seq = seq;
         rp_sigvec_set(&n->hbsig, slot + 1, p->id, p->inc, seq);
     }
-    if (p->q)
-        srb_infer(n, p, seq, now);
+    srb_infer(n, p, seq, now);
     return r > 0 ? r : 0;
 }
 
@@ -848,6 +863,7 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
         uint64_t b = hi < p->st.next ? hi : p->st.next - 1;
         for (uint64_t s = a; p->st.next && s <= b; s++)
             rp_srbq_mark_purged(p->q, s);
+        q_release_purged(n, p, 0);
     }
     if (k > 0) {
         n->c[RP_C_FORGOTTEN] += (uint64_t)k;
@@ -920,15 +936,17 @@ int rp_node_srb_purged(rp_node_t *n, uint32_t slot, uint64_t seq, uint64_t sup, 
         if (n->tracing)
             rp_trace(&n->trace, now, RP_EV_LOST, p->id, p->inc, seq, 1, 0, 1);
     }
-    if (p->q)
+    if (p->q) {
         rp_srbq_mark_purged(p->q, seq);
+        q_release_purged(n, p, now);
+    }
     purged_record(p, seq, sup);
     return was;
 }
 
 int64_t rp_node_srb_window(rp_node_t *n, uint32_t slot, uint64_t low, int64_t now) {
     rp_peer_t *p = rp_node_peer_at(n, slot);
-    if (!p || !p->q || !n->srb_w || low == 0)
+    if (!p || !n->srb_w || low == 0)
         return 0;
     uint64_t before = n->c[RP_C_FORGOTTEN];
     /* Everything below low left the window: infer as if seq low-1+w arrived. */
@@ -1035,7 +1053,10 @@ size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs,
                     uint8_t *buf, size_t cap, int64_t now) {
     size_t k = 0, used = 0;
     rp_mstore_t *st = &n->store;
-    if (!n->fifo) {
+    /* Messages with a DELIVER hold, in arrival order: all of them when
+     * delivery is unordered; with FIFO queues only our own (deliver_own),
+     * which the store holds in seq order -- peers' go through the queues. */
+    if (!n->fifo || n->deliver_own) {
         uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
         for (; c < st->head && k < max; c++) {
             rp_msent_t *e = rp_mstore_entry(st, c);
@@ -1049,8 +1070,10 @@ size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs,
             k++;
         }
         st->deliver_cursor = c;
-        rp_mstore_release(st, st->tail, 0);     /* reclaim what is now idle */
-        return k;
+        if (!n->fifo || c < st->head) {
+            rp_mstore_release(st, st->tail, 0);     /* reclaim what is now idle */
+            return k;
+        }
     }
     /* FIFO: round robin over senders, each in its own seq order. */
     int progress = 1;
@@ -1084,6 +1107,11 @@ uint64_t rp_node_pending(const rp_node_t *n) {
         return st->head - c;
     }
     uint64_t k = 0;
+    if (n->deliver_own && !n->no_deliver) {     /* own messages (upper bound, as above) */
+        const rp_mstore_t *st = &n->store;
+        uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
+        k += st->head - c;
+    }
     for (uint32_t i = 0; i < n->npeers; i++)
         if (n->peers[i]->q)
             k += rp_srbq_pending(n->peers[i]->q);

@@ -15,7 +15,7 @@ static uint64_t pow2_at_least(uint64_t x) {
 
 int rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t max_cap) {
     memset(q, 0, sizeof(*q));
-    q->head = q->tail = base;
+    q->head = q->ready = q->tail = base;
     q->w = w;
     q->cap = pow2_at_least(cap ? cap : 64);
     q->max_cap = max_cap ? max_cap : ((uint64_t)1 << 26);
@@ -35,6 +35,8 @@ int rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t
 void rp_srbq_free(rp_srbq_t *q) {
     free(q->ring);
     q->ring = NULL;
+    free(q->purged);
+    q->purged = NULL;
     rp_hmap_free(&q->labels);
 }
 
@@ -61,8 +63,53 @@ static inline rp_srbq_slot_t *q_slot(rp_srbq_t *q, uint64_t seq) {
     return &q->ring[seq & (q->cap - 1)];
 }
 
-int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle,
-                   uint64_t *purged, uint64_t *purged_seq) {
+/* Remember a TP4 purge for the caller.  0, or -1 if out of memory. */
+static int q_note_purged(rp_srbq_t *q, uint64_t seq, uint64_t handle) {
+    if (q->npurged == q->purgedcap) {
+        size_t nc = q->purgedcap ? q->purgedcap * 2 : 16;
+        uint64_t *np = (uint64_t *)realloc(q->purged, 2 * nc * sizeof(uint64_t));
+        if (!np)
+            return -1;
+        q->purged = np;
+        q->purgedcap = nc;
+    }
+    q->purged[2 * q->npurged] = seq;
+    q->purged[2 * q->npurged + 1] = handle;
+    q->npurged++;
+    return 0;
+}
+
+/* Extend the deliverable prefix [head, ready) over every slot no longer
+ * empty, in seq order.  A queued labelled message entering it purges the
+ * older queued one with its label (TP4): the newer is now certain to be
+ * delivered (everything before it is here or purged). */
+static void q_advance(rp_srbq_t *q) {
+    if (q->ready < q->head)
+        q->ready = q->head;
+    while (q->ready < q->tail) {
+        rp_srbq_slot_t *sl = q_slot(q, q->ready);
+        if (sl->state == RP_SQ_EMPTY)
+            break;
+        if (sl->state == RP_SQ_QUEUED && sl->label != RP_SRB_NOLABEL) {
+            uint64_t *newest = rp_hmap_get(&q->labels, sl->label, 0);
+            if (newest) {
+                rp_srbq_slot_t *old = q_slot(q, *newest);
+                /* Without memory to hand the purge back, keep the old value:
+                 * delivering it too is always allowed. */
+                if (old->state == RP_SQ_QUEUED && q_note_purged(q, *newest, old->handle) == 0) {
+                    old->state = RP_SQ_PURGED;          /* TP4 */
+                    q->n_purged_queue++;
+                }
+                *newest = q->ready;
+            } else {
+                rp_hmap_put(&q->labels, sl->label, 0, q->ready);   /* no room: no purge */
+            }
+        }
+        q->ready++;
+    }
+}
+
+int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle) {
     if (seq < q->head)
         return RP_SQ_R_OLD;
     if (seq < q->tail) {
@@ -74,40 +121,27 @@ int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle,
             return rc;
         q->tail = seq + 1;      /* slots in between are EMPTY (cleared on pop) */
     }
-    int ret = RP_SQ_R_QUEUED;
-    if (label != RP_SRB_NOLABEL) {
-        uint64_t *newest = rp_hmap_get(&q->labels, label, 0);
-        if (newest && *newest > seq) {
-            /* A newer value of this label is already queued: this one is
-             * obsolete on arrival; FIFO order forbids delivering it now. */
-            q_slot(q, seq)->state = RP_SQ_PURGED;
-            q->n_obsolete_arrival++;
-            return RP_SQ_R_OBSOLETE;
-        }
-        if (newest) {
-            rp_srbq_slot_t *old = q_slot(q, *newest);
-            if (old->state == RP_SQ_QUEUED) {
-                old->state = RP_SQ_PURGED;          /* TP4 */
-                if (purged)
-                    *purged = old->handle;
-                if (purged_seq)
-                    *purged_seq = *newest;
-                q->n_purged_queue++;
-                ret |= RP_SQ_R_PURGED_OLDER;
-            }
-            *newest = seq;
-        } else {
-            int rc = rp_hmap_put(&q->labels, label, 0, seq);
-            if (rc < 0)
-                return rc;
-        }
-    }
     rp_srbq_slot_t *sl = q_slot(q, seq);
     sl->state = RP_SQ_QUEUED;
     sl->label = label;
     sl->handle = handle;
     q->n_queued++;
-    return ret;
+    if (seq == q->ready)
+        q_advance(q);
+    return RP_SQ_R_QUEUED;
+}
+
+size_t rp_srbq_take_purged(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t max) {
+    size_t k = q->npurged < max ? q->npurged : max;
+    for (size_t i = 0; i < k; i++) {
+        if (seqs)
+            seqs[i] = q->purged[2 * i];
+        handles[i] = q->purged[2 * i + 1];
+    }
+    if (k < q->npurged)
+        memmove(q->purged, q->purged + 2 * k, 2 * (q->npurged - k) * sizeof(uint64_t));
+    q->npurged -= k;
+    return k;
 }
 
 int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi) {
@@ -135,6 +169,7 @@ int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi) {
         }
     }
     q->n_purged_inferred += (uint64_t)k;
+    q_advance(q);
     if (k && lo) {
         *lo = first;
         *hi = last;
@@ -155,6 +190,8 @@ int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq) {
         return 0;
     sl->state = RP_SQ_PURGED;
     q->n_purged_marked++;
+    if (seq == q->ready)
+        q_advance(q);
     return 1;
 }
 

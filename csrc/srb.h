@@ -10,9 +10,13 @@
  * A message is purged (TP5) only once the message that obsoletes it is
  * *safe*: received by more than f members.  Purging frees its window slot.
  *
- * Receiver side (rp_srbq_t): the per-sender FIFO delivery queue.  A queued
- * message is dropped when a newer one with its label is queued (TP4); a
- * message arriving after a newer one with its label is dropped on arrival.
+ * Receiver side (rp_srbq_t): the per-sender FIFO delivery queue.  Its
+ * deliverable prefix [head, ready) -- every seq there queued or purged, the
+ * paper's Q_i -- is where TP4 applies: a queued message is purged when a
+ * newer one with its label enters the prefix.  A message queued beyond a gap
+ * purges nothing yet: if the gap never fills (it reached nobody and the
+ * sender crashed) it is never delivered, and an older value it had purged
+ * would be lost although later messages were delivered (FIFO Completeness).
  * Seeing seq t proves every seq <= t - w was stable or purged, so any of
  * those still missing here were purged (§2.5) and delivery moves past them.
  *
@@ -32,9 +36,7 @@ enum { RP_SQ_EMPTY = 0, RP_SQ_QUEUED = 1, RP_SQ_PURGED = 2 };
 
 enum {
     RP_SQ_R_QUEUED   = 1,   /* queued for delivery */
-    RP_SQ_R_OBSOLETE = 2,   /* a newer one with its label is queued: dropped */
-    RP_SQ_R_OLD      = 3,   /* below head or already there: ignored */
-    RP_SQ_R_PURGED_OLDER = 4 /* flag added to QUEUED: an older one was purged */
+    RP_SQ_R_OLD      = 3    /* below head or already there: ignored */
 };
 
 typedef struct {
@@ -45,24 +47,30 @@ typedef struct {
 
 typedef struct {
     uint64_t head;          /* next seq to deliver */
+    uint64_t ready;         /* every seq in [head, ready) is queued or purged */
     uint64_t tail;          /* one past the highest seq known */
     uint64_t w;             /* sender window; 0 disables purge inference */
     uint64_t cap;           /* ring size (power of two) */
     uint64_t max_cap;       /* bound on cap */
     rp_srbq_slot_t *ring;
-    rp_hmap_t labels;       /* label -> newest queued seq with that label */
-    uint64_t n_queued, n_delivered, n_purged_queue, n_obsolete_arrival,
-             n_purged_inferred, n_purged_marked;
+    rp_hmap_t labels;       /* label -> newest queued seq in [head, ready) with that label */
+    uint64_t *purged;       /* (seq, handle) pairs purged by TP4, not yet taken */
+    size_t npurged, purgedcap;
+    uint64_t n_queued, n_delivered, n_purged_queue, n_purged_inferred, n_purged_marked;
 } rp_srbq_t;
 
 int  rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t max_cap);
 void rp_srbq_free(rp_srbq_t *q);
 
-/* Insert a received message.  Returns RP_SQ_R_QUEUED (| RP_SQ_R_PURGED_OLDER
- * with the purged message's handle in *purged), RP_SQ_R_OBSOLETE (caller
- * frees `handle`), RP_SQ_R_OLD, or RP_EFULL/RP_ENOMEM. */
-int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle,
-                   uint64_t *purged, uint64_t *purged_seq);
+/* Insert a received message.  Returns RP_SQ_R_QUEUED, RP_SQ_R_OLD (caller
+ * frees `handle`), or RP_EFULL/RP_ENOMEM.  Messages this (or infer /
+ * mark_purged) lets into the prefix may purge older ones: take their
+ * handles with rp_srbq_take_purged. */
+int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle);
+
+/* Handles of queued messages purged by TP4 since the last call: writes up
+ * to max (handle, seq) pairs; call again while it returns max. */
+size_t rp_srbq_take_purged(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t max);
 
 /* The sender is known to have sent seq t.  Every seq <= t - w still empty
  * here is purged.  Returns how many were inferred; [*lo, *hi] bounds them

@@ -27,7 +27,7 @@ import struct
 
 from rpbcast import wire
 from rpbcast.extension import Extension
-from rpbcast.membership import MEMBER, PENDING_LEAVE
+from rpbcast.membership import DISCONNECTED, MEMBER, PENDING_JOIN, PENDING_LEAVE
 from rpbcast.node import DEST_MCAST, SELF_SLOT
 
 NS = 1_000_000_000
@@ -50,19 +50,45 @@ class FifoSrb(Extension):
 
     # -- frontiers -----------------------------------------------------------
     def on_lastseen(self, source, entries, now):
+        e = self.engine
         for s, i, frontier in entries:
             d = self.frontiers.setdefault((s, i), {})
             if frontier > d.get(source, 0):
                 d[source] = frontier
                 self.dirty = True
+            if frontier and (s, i) != (e.id, e.inc):
+                self._learn(s, i, frontier, now)
         if self.dirty:
             self._apply(now)
 
+    def _learn(self, s, i, frontier, now):
+        """A member holds every seq below `frontier` of (s, i), so those were
+        sent: what we have not seen of them is missing here, as a heartbeat
+        would say.  Without this a receiver that missed the last messages of
+        a sender that then crashed never learns they exist, although other
+        correct members delivered them (Agreement, §2.1)."""
+        node = self.engine.node
+        slot = node.find_peer(s, i)
+        if slot is None:
+            if self.engine.status == PENDING_JOIN:
+                return                  # a joiner takes its bases from its sponsors (t_join)
+            if any(pid == s and pinc > i for _, pid, pinc in node.peer_ids()):
+                return                  # an older incarnation: not wanted
+            slot = node.peer(s, i, 0)
+        if not node.peer_dead(slot) and node.peer_next(slot) < frontier:
+            node.heartbeat(slot, frontier - 1, False, now)
+
     def _holders(self):
-        """Members whose frontiers count (everyone current, not ourselves)."""
+        """Members whose frontiers count (everyone current, not ourselves).
+        A DISCONNECTED member still counts: it comes back with the same
+        stream state, and receivers infer from the window that whatever
+        left it unseen was purged -- had messages left it as 'stable'
+        without that member, it would skip them on reconnecting.  So
+        stability waits for it (the window then fills with what cannot be
+        purged), until it is declared failed and leaves the membership."""
         e = self.engine
         return [m.node_id for m in e.members.members.values()
-                if m.node_id != e.id and m.status in (MEMBER, PENDING_LEAVE)]
+                if m.node_id != e.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
 
     def _apply(self, now):
         e = self.engine

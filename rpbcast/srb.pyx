@@ -16,7 +16,6 @@ cnp.import_array()
 
 NOLABEL = RP_SRB_NOLABEL
 QUEUED = RP_SQ_R_QUEUED
-OBSOLETE = RP_SQ_R_OBSOLETE
 OLD = RP_SQ_R_OLD
 
 
@@ -41,17 +40,27 @@ cdef class SRBQueue:
         rp_srbq_free(&self.q)
 
     def insert(self, uint64_t seq, label, uint64_t handle):
-        """Returns (code, purged) where code is QUEUED, OBSOLETE or OLD and
-        purged is (seq, handle) of a queued message this one made obsolete."""
-        cdef uint64_t ph = 0, ps = 0
-        cdef int r = rp_srbq_insert(&self.q, seq, _label(label), handle, &ph, &ps)
+        """Returns QUEUED or OLD.  Queued messages this one made obsolete (it
+        entered the deliverable prefix, or let later ones in): take_purged()."""
+        cdef int r = rp_srbq_insert(&self.q, seq, _label(label), handle)
         if r == RP_EFULL:
             raise OverflowError("queue span exceeds max_cap")
         if r < 0:
             raise MemoryError()
-        if r & RP_SQ_R_PURGED_OLDER:
-            return RP_SQ_R_QUEUED, (ps, ph)
-        return r, None
+        return r
+
+    def take_purged(self):
+        """[(seq, handle)] of queued messages purged by TP4 since the last call."""
+        out = []
+        cdef uint64_t h[256]
+        cdef uint64_t s[256]
+        cdef size_t k, i
+        while True:
+            k = rp_srbq_take_purged(&self.q, h, s, 256)
+            for i in range(k):
+                out.append((s[i], h[i]))
+            if k < 256:
+                return out
 
     def infer(self, uint64_t t):
         """The sender sent seq t; returns (count, lo, hi) of seqs inferred
@@ -85,6 +94,11 @@ cdef class SRBQueue:
         return self.q.head
 
     @property
+    def ready(self):
+        """Every seq in [head, ready) is queued or purged."""
+        return self.q.ready
+
+    @property
     def tail(self):
         return self.q.tail
 
@@ -95,7 +109,6 @@ cdef class SRBQueue:
     def counters(self):
         return {"queued": self.q.n_queued, "delivered": self.q.n_delivered,
                 "purged_queue": self.q.n_purged_queue,
-                "obsolete_arrival": self.q.n_obsolete_arrival,
                 "purged_inferred": self.q.n_purged_inferred,
                 "purged_marked": self.q.n_purged_marked}
 

@@ -4,7 +4,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from models.srb_model import OBSOLETE, OLD, QUEUED, QueueFull, SRBQueueModel, SRBWindowModel
+from models.srb_model import OLD, QUEUED, QueueFull, SRBQueueModel, SRBWindowModel
 from rpbcast import srb
 from rpbcast.srb import SRBQueue, SRBWindow
 
@@ -12,7 +12,7 @@ LABELS = st.sampled_from([None, None, 0, 1, 2, 7, 2**64 - 2])
 
 
 def test_codes_match_model():
-    assert (srb.QUEUED, srb.OBSOLETE, srb.OLD) == (QUEUED, OBSOLETE, OLD)
+    assert (srb.QUEUED, srb.OLD) == (QUEUED, OLD)
     assert srb.NOLABEL == 2**64 - 1
 
 
@@ -29,8 +29,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.next_handle = 1000
         self.accepted = {}        # handle -> (seq, label) for every QUEUED insert
         self.delivered = []       # (handle, seq) in delivery order
-        self.purged = {}          # handle -> seq of the newer one that purged it
-        self.queued_labels = {}   # label -> highest seq ever queued with it
+        self.purged = {}          # handle -> seq it had when purged
 
     def handle(self):
         self.next_handle += 1
@@ -46,19 +45,23 @@ class QueueMachine(RuleBasedStateMachine):
             return
         got = self.q.insert(seq, label, h)
         assert got == expect
-        code, purged = got
-        if code == QUEUED:
+        if got == QUEUED:
             self.accepted[h] = (seq, label)
-            if label is not None:
-                self.queued_labels[label] = max(self.queued_labels.get(label, -1), seq)
-            if purged:
-                ps, ph = purged
-                assert ph in self.accepted and ph not in self.purged
-                # purged only by a newer message with the same label
-                assert self.accepted[ph] == (ps, label) and ps < seq
-                self.purged[ph] = seq
-        else:
-            assert purged is None
+        self.take_purged()
+
+    def take_purged(self):
+        got = self.q.take_purged()
+        assert got == self.m.take_purged()
+        for ps, ph in got:
+            assert ph in self.accepted and ph not in self.purged
+            ps_, label = self.accepted[ph]
+            assert ps_ == ps and label is not None
+            # TP4: purged only by a newer message with its label that is in
+            # the deliverable prefix [head, ready), hence sure to be delivered
+            assert any(lab == label and ps < s < self.q.ready and h not in self.purged
+                       for h, (s, lab) in self.accepted.items()), \
+                f"{ps} purged without a newer value of label {label} in the prefix"
+            self.purged[ph] = ps
 
     @rule(off=st.one_of(st.integers(-3, 8), st.integers(-3, 40)), label=LABELS)
     def insert(self, off, label):
@@ -79,14 +82,17 @@ class QueueMachine(RuleBasedStateMachine):
                 self.q.infer(t)
             return
         assert self.q.infer(t) == expect
+        self.take_purged()
 
     @rule(off=st.integers(-3, 40))
     def mark_purged(self, off):
         seq = max(0, self.m.head + off)
         assert self.q.mark_purged(seq) == self.m.mark_purged(seq)
+        self.take_purged()
 
     @rule(max_n=st.one_of(st.integers(1, 4), st.just(1 << 30)))
     def pop(self, max_n):
+        ready = self.q.ready
         got = self.q.pop(max_n)
         assert got == self.m.pop(max_n)
         for h, seq in got:
@@ -96,9 +102,11 @@ class QueueMachine(RuleBasedStateMachine):
             assert h in self.accepted and h not in self.purged
             assert self.accepted[h][0] == seq
             label = self.accepted[h][1]
-            # never delivered after a newer message with its label was queued
+            # TP4: never delivered while a newer value of its label is in
+            # the deliverable prefix (it would have been purged)
             if label is not None:
-                assert self.queued_labels[label] == seq
+                assert not any(lab == label and seq < s < ready for s, lab in self.accepted.values())
+            assert seq < ready
             self.delivered.append((h, seq))
 
     @invariant()
@@ -106,7 +114,7 @@ class QueueMachine(RuleBasedStateMachine):
         if not hasattr(self, "q"):
             return
         q, m = self.q, self.m
-        assert (q.head, q.tail, q.pending) == (m.head, m.tail, m.pending)
+        assert (q.head, q.ready, q.tail, q.pending) == (m.head, m.ready, m.tail, m.pending)
         assert q.counters() == m.counters
         # every accepted message: delivered, purged by a newer one, or pending
         delivered = {h for h, _ in self.delivered}
@@ -123,42 +131,75 @@ TestQueueMachine.settings = settings(stateful_step_count=40)
 
 def test_queue_fifo_and_gaps():
     q = SRBQueue()
-    assert q.insert(1, None, 11) == (QUEUED, None)
+    assert q.insert(1, None, 11) == QUEUED
     assert q.pop() == []                               # 0 missing: FIFO waits
-    assert q.insert(0, None, 10) == (QUEUED, None)
+    assert q.insert(0, None, 10) == QUEUED
     assert q.pop() == [(10, 0), (11, 1)]
-    assert q.insert(1, None, 99) == (OLD, None)        # below head
+    assert q.insert(1, None, 99) == OLD                # below head
     assert q.head == 2 and q.pending == 0
 
 
 def test_queue_tp4_purge_queued():
     q = SRBQueue()
-    q.insert(1, None, 11)                               # hold delivery back
-    assert q.insert(2, 5, 12) == (QUEUED, None)
-    assert q.insert(3, 5, 13) == (QUEUED, (2, 12))     # 2 obsoleted by 3
-    assert q.insert(4, 6, 14) == (QUEUED, None)        # other label untouched
     q.insert(0, None, 10)
-    assert q.pop() == [(10, 0), (11, 1), (13, 3), (14, 4)]
+    assert q.insert(1, 5, 11) == QUEUED
+    assert q.insert(2, 5, 12) == QUEUED                # enters the prefix: 1 obsoleted by 2
+    assert q.take_purged() == [(1, 11)]
+    assert q.insert(3, 6, 13) == QUEUED                # other label untouched
+    assert q.take_purged() == []
+    assert q.pop() == [(10, 0), (12, 2), (13, 3)]
     assert q.counters()["purged_queue"] == 1
 
 
-def test_queue_obsolete_on_arrival():
+def test_queue_tp4_waits_for_the_prefix():
+    """A newer value queued beyond a gap purges nothing until the gap is
+    settled: the gap may never fill (its message reached nobody and the
+    sender crashed), and then the newer value is never delivered either."""
     q = SRBQueue()
-    q.insert(5, 1, 15)
-    assert q.insert(3, 1, 13) == (OBSOLETE, None)      # a newer one is queued
-    assert q.insert(3, 1, 99) == (OLD, None)           # its slot is settled
-    assert q.insert(4, 2, 14) == (QUEUED, None)
-    for s in (0, 1, 2):
-        q.insert(s, None, s)
-    assert [s for _, s in q.pop()] == [0, 1, 2, 4, 5]
-    assert q.counters()["obsolete_arrival"] == 1
+    q.insert(0, 5, 10)
+    q.insert(1, None, 11)
+    assert q.insert(3, 5, 13) == QUEUED                # 2 missing
+    assert q.take_purged() == [] and q.ready == 2
+    assert q.pop() == [(10, 0), (11, 1)]               # the old value is delivered
+    # ... and when the gap fills, TP4 applies to what is still queued
+    q = SRBQueue()
+    q.insert(1, None, 11)                              # 0 missing: hold delivery back
+    q.insert(2, 5, 12)
+    q.insert(3, 5, 13)
+    q.insert(5, 5, 15)
+    q.insert(4, 6, 14)
+    assert q.take_purged() == [] and q.ready == 0
+    assert q.insert(3, 5, 99) == OLD                   # its slot is settled
+    q.insert(0, None, 10)
+    assert q.ready == 6
+    assert q.take_purged() == [(2, 12), (3, 13)]       # 2 by 3, then 3 by 5
+    assert [s for _, s in q.pop()] == [0, 1, 4, 5]
+    assert q.counters()["purged_queue"] == 2
+
+
+def test_queue_inference_settles_the_prefix():
+    """A gap inferred purged (or marked purged) lets what follows into the
+    prefix, where TP4 applies."""
+    q = SRBQueue(w=4)
+    q.insert(0, 5, 10)
+    q.insert(2, 5, 12)
+    assert q.take_purged() == []
+    assert q.infer(5) == (1, 1, 1)                     # 1 left the window unseen
+    assert q.take_purged() == [(0, 10)]
+    assert q.pop() == [(12, 2)]
+    q = SRBQueue()
+    q.insert(0, 5, 10)
+    q.insert(2, 5, 12)
+    assert q.mark_purged(1) is True
+    assert q.take_purged() == [(0, 10)]
 
 
 def test_queue_label_forgotten_after_delivery():
     q = SRBQueue()
     q.insert(0, 1, 10)
     assert q.pop() == [(10, 0)]
-    assert q.insert(1, 1, 11) == (QUEUED, None)        # nothing left to purge
+    assert q.insert(1, 1, 11) == QUEUED                # nothing left to purge
+    assert q.take_purged() == []
     assert q.pop() == [(11, 1)]
 
 
@@ -169,7 +210,7 @@ def test_queue_purge_inference():
     assert q.infer(6) == (2, 0, 2)                     # 0 and 2 purged, 1 received
     assert q.pop() == [(11, 1)]
     assert q.head == 3
-    assert q.insert(2, None, 12) == (OLD, None)
+    assert q.insert(2, None, 12) == OLD
     assert q.infer(6) == (0, None, None)
     assert q.infer(9) == (3, 3, 5)                     # extends the tail
     assert q.tail == 6 and q.pop() == []
@@ -191,7 +232,7 @@ def test_queue_mark_purged():
 
 def test_queue_bounded_span():
     q = SRBQueue(cap=16, max_cap=16)
-    assert q.insert(15, None, 1) == (QUEUED, None)
+    assert q.insert(15, None, 1) == QUEUED
     with pytest.raises(OverflowError):
         q.insert(16, None, 2)
     assert q.tail == 16

@@ -142,18 +142,16 @@ cdef extern from "srb.h" nogil:
         RP_SQ_QUEUED
         RP_SQ_PURGED
         RP_SQ_R_QUEUED
-        RP_SQ_R_OBSOLETE
         RP_SQ_R_OLD
-        RP_SQ_R_PURGED_OLDER
     ctypedef struct rp_srbq_t:
-        uint64_t head, tail, w, cap, max_cap
+        uint64_t head, ready, tail, w, cap, max_cap
         rp_hmap_t labels
-        uint64_t n_queued, n_delivered, n_purged_queue, n_obsolete_arrival
+        uint64_t n_queued, n_delivered, n_purged_queue
         uint64_t n_purged_inferred, n_purged_marked
     int rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t max_cap)
     void rp_srbq_free(rp_srbq_t *q)
-    int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle,
-                       uint64_t *purged, uint64_t *purged_seq)
+    int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle)
+    size_t rp_srbq_take_purged(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)
     int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi)
     int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq)
     size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)

@@ -5,7 +5,7 @@ Labels: None is "no label" (never obsolete); m is obsoleted by m' when both
 carry the same label and m' has the higher seq (was sent later).
 """
 
-QUEUED, OBSOLETE, OLD = 1, 2, 3
+QUEUED, OLD = 1, 3
 
 
 def pow2_at_least(x):
@@ -24,17 +24,41 @@ class SRBQueueModel:
 
     slots[seq] is ("Q", label, handle) for a queued message or "P" for a
     purged one (obsolete, inferred purged or marked purged); absent = not
-    received.  newest[label] is the newest queued, undelivered seq.
+    received.  [head, ready) is the deliverable prefix (every seq there is
+    settled: the paper's Q_i); TP4 applies only inside it, so newest[label] is
+    the newest queued, undelivered seq of the prefix with that label.
     """
 
     def __init__(self, base=0, w=0, max_cap=1 << 26):
-        self.head = self.tail = base
+        self.head = self.ready = self.tail = base
         self.w = w
         self.max_cap = max_cap
         self.slots = {}
         self.newest = {}
-        self.counters = dict(queued=0, delivered=0, purged_queue=0, obsolete_arrival=0,
+        self.purged = []            # (seq, handle) purged by TP4, not yet taken
+        self.counters = dict(queued=0, delivered=0, purged_queue=0,
                              purged_inferred=0, purged_marked=0)
+
+    def _advance(self):
+        """Extend the prefix; a labelled message entering it purges the
+        older queued one with its label (TP4)."""
+        self.ready = max(self.ready, self.head)
+        while self.ready < self.tail and self.ready in self.slots:
+            sl = self.slots[self.ready]
+            if sl != "P" and sl[1] is not None:
+                old = self.newest.get(sl[1])
+                if old is not None:
+                    kind, _, h = self.slots[old]
+                    assert kind == "Q"
+                    self.slots[old] = "P"
+                    self.counters["purged_queue"] += 1
+                    self.purged.append((old, h))
+                self.newest[sl[1]] = self.ready
+            self.ready += 1
+
+    def take_purged(self):
+        out, self.purged = self.purged, []
+        return out
 
     def _reach(self, seq):
         """Make [head, seq] addressable (the ring grows in powers of two up
@@ -45,27 +69,14 @@ class SRBQueueModel:
             self.tail = seq + 1
 
     def insert(self, seq, label, handle):
-        """Returns (code, purged (seq, handle) or None); raises QueueFull."""
+        """Returns QUEUED or OLD; raises QueueFull."""
         if seq < self.head or seq in self.slots:
-            return OLD, None
+            return OLD
         self._reach(seq)
-        purged = None
-        if label is not None:
-            newer = self.newest.get(label)
-            if newer is not None and newer > seq:
-                self.slots[seq] = "P"                 # obsolete on arrival
-                self.counters["obsolete_arrival"] += 1
-                return OBSOLETE, None
-            if newer is not None:
-                kind, _, h = self.slots[newer]
-                assert kind == "Q"
-                self.slots[newer] = "P"               # TP4
-                self.counters["purged_queue"] += 1
-                purged = (newer, h)
-            self.newest[label] = seq
         self.slots[seq] = ("Q", label, handle)
         self.counters["queued"] += 1
-        return QUEUED, purged
+        self._advance()
+        return QUEUED
 
     def infer(self, t):
         """Seeing seq t: every seq <= t - w is stable or purged at the
@@ -80,6 +91,7 @@ class SRBQueueModel:
         for s in newly:
             self.slots[s] = "P"
         self.counters["purged_inferred"] += len(newly)
+        self._advance()
         if not newly:
             return 0, None, None
         return len(newly), newly[0], newly[-1]
@@ -95,6 +107,7 @@ class SRBQueueModel:
             return False
         self.slots[seq] = "P"
         self.counters["purged_marked"] += 1
+        self._advance()
         return True
 
     def pop(self, max_n=1 << 30):
