@@ -17,7 +17,7 @@ if os.environ.get("RPBCAST_NATIVE") == "1":
 if os.environ.get("RPBCAST_DEBUG") == "1":
     CFLAGS += ["-O0", "-g", "-fsanitize=address,undefined"]
 
-MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire", "logstore", "node", "transport"]
+MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire", "logstore", "node", "transport", "sim._core"]
 
 
 # RPBCAST_ONLY=node,transport rebuilds just those (development).
