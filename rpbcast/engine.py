@@ -395,10 +395,9 @@ class Engine:
     def _gossip_phase_timeout(self):
         """Ids missing for 2 x GCLIMIT rounds go to the logger phase even
         without a GcNOTE (the thesis's first hand-off, §4.3): when no peer
-        ever received a message, no peer can say it collected it."""
+        ever received a message, no peer can say it collected it.  Without
+        loggers that phase asks the original sender (_loggerless_rtx)."""
         node = self.node
-        if not self.is_logger and not self.members.loggers():
-            return                      # no logger phase to hand over to
         k = 2 * self.cfg.gc_limit
         hist = self._next_hist
         for slot, pid, pinc in node.peer_ids():
@@ -695,6 +694,12 @@ class Engine:
         for s, i, iv in self._sections_intervals(msg[6]):
             slot = node.find_peer(s, i)
             if slot is None:
+                continue
+            if loggerless and source != s:
+                # Only a logger phase could take these over, and there is
+                # none: another peer may still hold them, so keep gossiping.
+                # After 2 x GCLIMIT rounds the gossip-phase timeout asks the
+                # sender, whose GcNOTE is final.
                 continue
             for lo, hi in iv:
                 lo, hi = int(lo), int(hi)

@@ -167,6 +167,32 @@ def test_logger_restart_keeps_serving_what_it_acknowledged(tmp_path):
     assert c["repairs_logger"] == 200
 
 
+def test_without_loggers_a_peers_gcnote_does_not_stop_repair_from_other_peers(tmp_path):
+    """No logger: a peer that collected the message says so (GcNOTE), but
+    another peer still holds it.  The receiver must keep gossiping rather
+    than hand the ids to the (crashed) sender and wait forever."""
+    g = Group(4, senders=[1], tmp_path=tmp_path, gc_limit=2)
+    g.start(4, gc_limit=100000)     # node 4 keeps everything
+    cut = {"on": True}
+    g.net.drop_filter = lambda src, dst, data: cut["on"] and dst == 3
+    g.publish_stream(50, per_tick=10)
+    for _ in range(10):
+        g.net.run(0.1)
+        g.drain()
+    assert g.E[2].counters()["store_entries"] == 0 and g.E[4].counters()["store_entries"] >= 50
+    g.net.crash(1)
+    cut["on"] = False
+    e = g.E[3]
+
+    def done(net):
+        g.drain()
+        return len(g.got[3]) == 50
+
+    assert g.net.run_until_true(done, timeout=10)
+    assert not [ev for ev in e.events if ev[0] == "lost"]
+    assert g.E[2].counters()["gcnote_ids"] >= 1    # node 2 did answer with GcNOTEs
+
+
 def test_sender_restart_new_incarnation_gap_is_declared_lost(tmp_path):
     """A sender crashes with unacknowledged messages nobody received; it
     comes back with a new incarnation.  The logger declares the old ids lost
