@@ -14,6 +14,7 @@ FAMILIES = [
     ("rpbcast.stress", "stress: the main job"),
     ("rpbcast.analysis.cli", "analyze, sweep (Spark)"),
     ("rpbcast.sim.cli", "sim: experiments in the simulator"),
+    ("rpbcast.experiments.cli", "experiment: the papers' figures and tables"),
 ]
 
 
