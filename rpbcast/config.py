@@ -64,7 +64,7 @@ class Config:
     selection: str = "linear"             # target selection by RTT: uniform, linear, quadratic
     immediate_nack: bool = True           # pull as soon as a gap is seen (§4.1)
     nack_min_interval: float = 0.001      # at most one immediate pull per interval
-    nack_retry: float = 0.003             # ask again for what is still missing after this (doubling)
+    nack_retry: float = 0.003             # least wait before a pull is asked again (also >= 2 x RTT; doubling)
     nack_target: str = "auto"             # immediate pulls go to: "sender" (lowest latency), "random"
                                           # (the thesis's gossip target; no implosion at the sender),
                                           # "auto" = sender up to nack_sender_max members, random above

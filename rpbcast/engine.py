@@ -96,7 +96,10 @@ class Engine:
         self.last_nack = -(1 << 62)
         self.next_nack: Optional[int] = None
         self.next_nack_retry: Optional[int] = None
-        self._retry_backoff = _ns(cfg.nack_retry)
+        # Outstanding immediate pulls: [due, backoff, [(slot, lo, hi)]].
+        # Each is retried on its own clock, only for what is still missing.
+        self._retries = collections.deque()
+        self._rtt_hint: Optional[float] = None     # the latest RTT estimate to anyone
         self.next_logger_rtx = now + _ns(cfg.logger_rtx_interval)
         self.next_ping = now + self.rng.randrange(max(_ns(cfg.ping_interval), 1))
         self.next_join = now if cfg.join else None
@@ -266,9 +269,7 @@ class Engine:
             self.next_nack = None
             self._nack(now)
         if self.next_nack_retry is not None and now >= self.next_nack_retry:
-            self.next_nack_retry = None
-            if self.cfg.immediate_nack:
-                self._nack(now, retry=True)
+            self._nack_retry(now)
         if now >= self.next_logger_rtx:
             self._logger_phase_rtx(now)
             self.next_logger_rtx = now + _ns(cfg.logger_rtx_interval)
@@ -310,9 +311,10 @@ class Engine:
             return None
         return choose(c, [m.rtt for m in c], self.cfg.selection, self.rng)
 
-    def _missing_sections(self, phase, budget, mark=True, rotate=True, from_start=False):
+    def _missing_sections(self, phase, budget, mark=True, rotate=True, from_start=False, spans=None):
         """MISSING sections of this phase within budget bytes.  Returns
-        (sections, ids asked)."""
+        (sections, ids asked); with ``spans`` (a list) it also collects the
+        (slot, first, last) id range each section asks about."""
         node = self.node
         secs, used, nids = [], 0, 0
         n = node.npeers
@@ -341,6 +343,8 @@ class Engine:
             secs.append(wire.missing_section(pid, pinc, d))
             used += 4 + 8 + len(d)
             nids += k_ids
+            if spans is not None:
+                spans.append((slot, int(digest_decode(d)[0][0][0]), int(cov)))
             if mark:
                 node.mark_inflight(slot, cursor, cov)
             if not from_start:
@@ -408,50 +412,103 @@ class Engine:
                 if old and node.peer_missing_count(slot, PHASE_GOSSIP):
                     node.to_logger_phase(slot, 0, old - 1)
 
-    def _nack(self, now, retry=False):
+    def _nack(self, now):
         """Immediate pull for gaps just seen (§4.1: request on detection).
-        A NACK or its repair can be lost too: until the ids arrive, ask
-        again after nack_retry, doubling up to the gossip interval, instead
-        of waiting for the next gossip round -- that wait is what sets the
+        A NACK or its repair can be lost too: until its ids arrive, each
+        pull is asked again on its own clock (_nack_retry) instead of
+        waiting for the next gossip round -- that wait is what sets the
         tail latency under loss."""
         node = self.node
         node.clear_nack()
         if self.status not in (MEMBER, PENDING_LEAVE):
             return
         budget = self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - wire.GOSSIP_FIXED - SEC_BUDGET_SLACK
-        secs, nids = self._missing_sections(PHASE_GOSSIP if retry else PHASE_NEW, budget, rotate=False,
-                                            from_start=True)
+        spans = []
+        secs, nids = self._missing_sections(PHASE_NEW, budget, rotate=False, from_start=True, spans=spans)
         if not secs:
-            self.next_nack_retry = None
             return
-        if retry:
-            self._retry_backoff = min(self._retry_backoff * 2, self._gossip_ns)
-        else:
-            self._retry_backoff = _ns(self.cfg.nack_retry)
-        self.next_nack_retry = now + self._retry_backoff
+        target = self._nack_target(secs[0], now)
+        if target is None:
+            return
+        self._send_pull(target, secs, nids, now)
+        self.last_nack = now
+        rto = self._rto(target)
+        self._retries.append([now + rto, rto, spans])
+        if self.next_nack_retry is None or now + rto < self.next_nack_retry:
+            self.next_nack_retry = now + rto
+
+    def _nack_target(self, first_section, now):
         # In a small group ask the sender of the first section: it holds
         # every message it sent until a logger has it, so one round trip
         # repairs.  In a large group that is an implosion (every receiver
         # behind a shared loss asks at once): pull from a random peer, as
         # the thesis does.
-        target = None
         mode = self.cfg.nack_target
         if mode == "auto":
             mode = "sender" if len(self.members) <= self.cfg.nack_sender_max else "random"
         if mode == "sender":
-            pid = struct.unpack_from("<I", secs[0], 4)[0]
+            pid = struct.unpack_from("<I", first_section, 4)[0]
             m = self.members.get(pid)
             if m is not None and m.status in (MEMBER, PENDING_LEAVE):
-                target = m
-        if target is None:
-            target = self._pick_target(now)
-        if target is None:
-            return
-        body = wire.gossip_body(node.hb_signature, self.members.signature, now & (2**64 - 1), secs)
+                return m
+        return self._pick_target(now)
+
+    def _rto(self, target):
+        # Wait at least nack_retry, and twice the measured round trip to the
+        # target: asking again before a repair could be back only
+        # duplicates it (every retry of an id costs a repair).
+        rto = _ns(self.cfg.nack_retry)
+        rtt = target.rtt if target.rtt is not None else self._rtt_hint   # not probed yet: a neighbour's
+        if rtt is not None:
+            rto = max(rto, int(2 * rtt * NS))
+        return min(rto, self._gossip_ns)
+
+    def _send_pull(self, target, secs, nids, now):
+        body = wire.gossip_body(self.node.hb_signature, self.members.signature, now & (2**64 - 1), secs)
         self.gossip_seq += 1
         self._emit(target.addr, T.GOSSIP, body, seq=self.gossip_seq)
-        node.trace_event(now, EV_GOSSIP_OUT, 0, 0, self.gossip_seq, len(body), target.node_id, nids)
-        self.last_nack = now
+        self.node.trace_event(now, EV_GOSSIP_OUT, 0, 0, self.gossip_seq, len(body), target.node_id, nids)
+
+    def _nack_retry(self, now):
+        """Ask again for the ids of due pulls that are still missing (and
+        still in the gossip phase), with the wait doubled; a pull whose
+        wait reaches the gossip interval is left to the gossip rounds."""
+        node = self.node
+        budget = self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - wire.GOSSIP_FIXED - SEC_BUDGET_SLACK
+        secs, used, nids, later = [], 0, 0, []
+        q = self._retries
+        while q and q[0][0] <= now:
+            due, backoff, spans = q.popleft()
+            left = []
+            for slot, lo, hi in spans:
+                room = budget - used - 12
+                if room < 8:
+                    left.append((slot, lo, hi))      # no room: next time
+                    continue
+                d, cov, k = node.missing_digest(slot, PHASE_GOSSIP, room, lo, hi)
+                if not d:
+                    continue
+                pid, pinc = node.peer_key(slot)
+                secs.append(wire.missing_section(pid, pinc, d))
+                used += 12 + len(d)
+                nids += k
+                node.mark_inflight(slot, lo, cov)
+                left.append((slot, int(digest_decode(d)[0][0][0]), hi))   # what is still out
+            backoff *= 2
+            if left and backoff < self._gossip_ns:
+                later.append([now + backoff, backoff, left])
+        if secs and self.status in (MEMBER, PENDING_LEAVE):
+            target = self._nack_target(secs[0], now)
+            if target is not None:
+                self._send_pull(target, secs, nids, now)
+        for e in later:
+            # keep the deque ordered by due time
+            if not q or e[0] >= q[-1][0]:
+                q.append(e)
+            else:
+                i = next(k for k, x in enumerate(q) if x[0] > e[0])
+                q.insert(i, e)
+        self.next_nack_retry = q[0][0] if q else None
 
     def _after_rx(self, now):
         if self.node.nack_pending and self.cfg.immediate_nack:
@@ -778,6 +835,7 @@ class Engine:
         if m is not None:
             rtt = (now - sent) / NS
             m.rtt = rtt if m.rtt is None else 0.8 * m.rtt + 0.2 * rtt
+            self._rtt_hint = m.rtt
 
     # ------------------------------------------------------------------ membership
     def _read_members(self, body):
