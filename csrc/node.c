@@ -546,6 +546,18 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
     if (n->srbw && !rp_srbw_can_send(n->srbw))
         return RP_EFULL;
     uint64_t seq = n->next_seq;
+    if (n->log) {
+        /* A logger that also sends logs its own messages before they go
+         * out: nothing else will (the receive path logs what arrives, and
+         * no other logger acknowledges them), and a receiver that missed
+         * one must find it in the log once the gossip buffers let go. */
+        int lr = rp_log_append(n->log, n->id, n->inc, seq, label, now, payload, len);
+        if (lr < 0) {
+            n->c[RP_C_LOG_ERRORS]++;
+            return RP_EIO;
+        }
+        n->c[RP_C_LOGGED]++;
+    }
     uint32_t holds = RP_MS_GOSSIP | (n->hold_send ? RP_MS_SEND : 0) |
                      (n->deliver_own ? RP_MS_DELIVER : 0) | (n->srbw ? RP_MS_SRB : 0);
     int64_t t = rp_mstore_put(&n->store, RP_SELF_SLOT, seq, label, now, n->round, holds,

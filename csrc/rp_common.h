@@ -27,6 +27,7 @@
 #define RP_ENOMEM  (-1)   /* allocation failed or a configured bound was hit */
 #define RP_EINVAL  (-2)   /* argument out of range */
 #define RP_EFULL   (-3)   /* a fixed-capacity structure is full */
+#define RP_EIO     (-4)   /* stable storage refused a write */
 
 /* Little-endian loads/stores.  memcpy keeps them alignment-safe; compilers
  * turn them into single moves on little-endian targets. */

@@ -185,6 +185,10 @@ class LoggerRole:
     def on_request(self, sender, inc, intervals, src, now):
         """After serving what the log holds: answer for the rest."""
         node = self.e.node
+        if sender == node.node_id and inc == node.inc:
+            # Our own stream: the log has all of it (publish logs first), so
+            # a request for it is never news of a stream to pull.
+            return
         slot = node.find_peer(sender, inc)
         below = self.gc_below.get((sender, inc), 0)
         collected = []

@@ -304,6 +304,8 @@ cdef class Node:
             raise BlockingIOError("back-pressure: send buffer or window full")
         if r == RP_EINVAL:
             raise ValueError(f"message of {payload.shape[0]} bytes does not fit the MTU ({self.n.out.mtu})")
+        if r == RP_EIO:
+            raise OSError("this logger could not log its own message (see counter log_errors); nothing was sent")
         if r < 0:
             raise MemoryError()
         return r
@@ -311,7 +313,8 @@ cdef class Node:
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
                       labels=None, int64_t now=0):
         """Publish len(lens) messages laid out back to back; returns how many
-        went out (fewer on back-pressure)."""
+        went out (fewer on back-pressure, or on a logger whose log refused
+        a write: counter log_errors)."""
         cdef size_t k = lens.shape[0], i, total = 0
         for i in range(k):
             total += lens[i]

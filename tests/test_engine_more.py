@@ -161,3 +161,43 @@ def test_immediate_pulls_are_not_repeated_before_a_repair_could_return(tmp_path)
     served = g.total("served")
     gaps = g.total("gap_ids")
     assert gaps > 100 and served <= 1.4 * gaps, (served, gaps)
+
+
+def test_a_logger_that_sends_logs_its_own_messages_and_serves_them_from_the_log(tmp_path):
+    # The logger also publishes (thesis §7.2: every member sends).  Node 2
+    # loses the logger's last message, and its pulls are lost too until long
+    # after every gossip buffer (the logger's own included) has collected the
+    # message: only the log still has it.  Found by the thesis experiments;
+    # before the fix the logger never logged what it sent, and a request for
+    # its own stream made it pull its own messages from the members.
+    from rpbcast import wire
+    T = wire.MsgType
+    g = Group(4, senders=[4], loggers=[4], tmp_path=tmp_path, gc_limit=2)
+    lg = g.E[4]
+    last = 9
+    mute_until = g.net.now + 1 * NS          # 20 gossip rounds; gc_limit is 2
+    repairs = []
+
+    def drop(src, dst, data):
+        out = False
+        for m in wire.parse(data)[1]:
+            if dst == 2 and m.type == T.DATA and m.sender == 4 and m.seq == last:
+                out = True
+            if src == 2 and m.type in (T.GOSSIP, T.RTX) and g.net.now < mute_until:
+                out = True
+            if dst == 2 and m.type == T.REPAIR and m.sender == 4 and not out:
+                repairs.append((g.net.now, src, m.seq, m.flags))
+        return out
+
+    g.net.drop_filter = drop
+    g.publish_stream(last + 1, per_tick=1)
+    assert g.run_until_complete(timeout=4)
+    assert not g.duplicates() and not g.extras()
+    assert all(lg.logger.log.has(4, lg.inc, q) for q in range(last + 1))
+    assert not any(g.E[i].node.holds(4, lg.inc, last) for i in (1, 3))   # peers let go of it
+    assert [(src, seq) for _, src, seq, _ in repairs] == [(4, last)]
+    t, _, _, flags = repairs[0]
+    assert t >= mute_until and flags & wire.F_FROM_LOGGER
+    assert lg.node.counters()["served_from_log"] == 1         # read back from disk
+    # asked for its own stream, the logger did not start pulling it
+    assert all(pid != 4 for _, pid, _ in lg.node.peer_ids())

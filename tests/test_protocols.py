@@ -171,6 +171,31 @@ def test_lbrm_last_message_lost_everywhere_heartbeat_logger_asks_sender(tmp_path
         assert c["hb_in"] > 0 and c["repairs_logger"] == 1 and c["repairs_peer"] == 0
 
 
+def test_lbrm_logger_that_sends_serves_its_own_messages_after_its_cache_dropped_them(tmp_path):
+    # The logger also publishes (thesis §7.2: all 18 members send).  Its
+    # last message is lost at node 2, which learns of it from the heartbeat
+    # and asks the logger -- but its first requests are lost too, so it asks
+    # only after the logger's receive cache (round(1) every 0.25 s) dropped
+    # the message.  The logger logs what it publishes and serves it from the
+    # log; before the fix node 2 asked every 0.25 s, forever (rpbcast.sim,
+    # 18 senders, 1 % loss, seed 1: one message never delivered).
+    g = group("lbrm", 5, [5], tmp_path)
+    lg = g.E[5]
+    last = 9
+    mute_until = 2 * NS
+    g.net.drop_filter = lambda src, dst, data: any(
+        (dst == 2 and m.type == T.DATA and m.seq == last) or (src == 2 and m.type == T.RTX
+                                                                and g.net.now < mute_until)
+        for m in msgs_of(data))
+    repairs = spy(g.net, lambda src, dst, m: m.type == T.REPAIR and dst == 2)
+    g.publish_stream(last + 1, per_tick=1)
+    assert g.run_until_complete(timeout=4)
+    assert [(src, m.sender, m.seq) for _, src, _, m in repairs] == [(5, 5, last)]
+    assert repairs[0][0] >= mute_until
+    assert repairs[0][3].flags & wire.F_FROM_LOGGER            # from the log, not the cache
+    assert all(lg.logger.log.has(5, lg.inc, q) for q in range(last + 1))
+
+
 def test_lbrm_repairs_all_come_from_the_logger_and_requests_repeat_every_quarter_second(tmp_path):
     g = group("lbrm", 6, [1, 2], tmp_path, loss=0.1, seed=5)
     logger = 6

@@ -8,6 +8,7 @@ cdef extern from "rp_common.h" nogil:
         RP_ENOMEM
         RP_EINVAL
         RP_EFULL
+        RP_EIO
     ctypedef struct rp_ival_t:
         uint64_t lo
         uint64_t hi
