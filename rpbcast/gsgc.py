@@ -593,6 +593,12 @@ class GsgcExtension(Extension):
             return
         self.members_version = e.members.version
         cand = self._candidates()
+        if any(kind not in self.layers for kind in cand):
+            # A new layer starts its round with M := R, so it must know the
+            # streams the data plane already has; otherwise (a gossip heard
+            # before this node's first step) they enter later with M = 0 and
+            # the whole first round concludes S = 0 for them.
+            self._discover_streams(now)
         for kind in list(self.layers):
             if kind not in cand:
                 del self.layers[kind]           # no longer a stability controller

@@ -121,6 +121,23 @@ def test_group_reaches_stability_and_S_never_exceeds_a_live_R(tmp_path):
     assert tot["multicast_sent"] > 0 and tot["multicast_rx"] > 0
 
 
+def test_first_round_covers_data_received_before_gsgc_started(tmp_path):
+    """Regression: a member that hears a gossip before its own first step
+    created its layer without the streams its data plane already had; they
+    entered with M = 0, so the whole first round concluded S = 0 for them.
+    With the data everywhere before GSGC starts, the first round completed
+    anywhere must cover all of it."""
+    g = Group(10, senders=[1, 2], tmp_path=tmp_path, seed=3, gossip_interval=1000.0)
+    g.publish_stream(20, per_tick=5)
+    assert g.run_until_complete(timeout=5)
+    X = with_gsgc(g, step=0.2, b=2, multicast=False)     # first steps scattered over 0.2 s
+    assert g.net.run_until_true(lambda net: any(x.stats["completed_flat"] for x in X.values()), timeout=10)
+    done = [i for i, x in X.items() if x.stats["completed_flat"]]
+    for i in done:
+        assert X[i].state()["rounds_completed"] == 1
+        assert X[i].state()["S"] == {(1, 1): 20, (2, 1): 20}, (i, X[i].state()["S"])
+
+
 def _store_growth(tmp_path, gsgc, seed=5):
     """Continuous sending with age-based GC effectively off (gc_limit huge):
     receivers' store entries at 1/3, 2/3 and the end of the run."""
