@@ -33,7 +33,7 @@ import numpy as np
 cimport numpy as cnp
 
 from rpbcast.node cimport Node
-from rpbcast.includes.core cimport rp_node_rx, rp_out_pending, rp_node_recv, rp_node_pending
+from rpbcast.includes.core cimport rp_node_rx, rp_out_pending, rp_node_recv, rp_node_pending, rp_srbq_t
 
 cnp.import_array()
 
@@ -185,6 +185,16 @@ cdef class Core:
     cdef readonly int64_t max_heap
     # wall-clock ns spent in Python engine calls (and everything they cause)
     cdef readonly int64_t w_timer, w_ctl, w_slow, w_call, w_run
+    # ---- bounded delivery queues (slow consumers; off unless set_rx_limit) ---
+    cdef int64_t *rx_limit                 # per node: -1 = none, else queued messages that stop receiving
+    cdef int32_t **hq                      # per node: FIFO ring of held packets (indices into pkts)
+    cdef int32_t *hq_cap
+    cdef int32_t *hq_head
+    cdef int32_t *hq_cnt
+    cdef uint64_t *h_held                  # packets that had to wait
+    cdef int32_t *h_held_max               # most packets waiting at once
+    cdef PyObject **lnodes                 # borrowed from self._lnodes (Node of limited hosts)
+    cdef list _lnodes
 
     def __cinit__(self, int n, int nlinks):
         cdef int k = n + 1
@@ -214,6 +224,17 @@ cdef class Core:
         self.mc_off = <int32_t **>calloc(k, sizeof(int32_t *))
         self.mc_links = <int32_t **>calloc(k, sizeof(int32_t *))
         self.uc_next = <int32_t **>calloc(k, sizeof(int32_t *))
+        self.rx_limit = <int64_t *>malloc(k * sizeof(int64_t))
+        self.hq = <int32_t **>calloc(k, sizeof(int32_t *))
+        self.hq_cap = <int32_t *>calloc(k, sizeof(int32_t))
+        self.hq_head = <int32_t *>calloc(k, sizeof(int32_t))
+        self.hq_cnt = <int32_t *>calloc(k, sizeof(int32_t))
+        self.h_held = <uint64_t *>calloc(k, sizeof(uint64_t))
+        self.h_held_max = <int32_t *>calloc(k, sizeof(int32_t))
+        self.lnodes = <PyObject **>calloc(k, sizeof(PyObject *))
+        if (not self.rx_limit or not self.hq or not self.hq_cap or not self.hq_head or not self.hq_cnt
+                or not self.h_held or not self.h_held_max or not self.lnodes):
+            raise MemoryError()
         self.hcap = 1024
         self.heap = <ev_t *>malloc(self.hcap * sizeof(ev_t))
         self.pcap = 1024
@@ -229,6 +250,7 @@ cdef class Core:
         for i in range(k):
             self.timer_at[i] = NEVER
             self.rxloss[i].classes = 0xFFFFFFFF
+            self.rx_limit[i] = -1
         self.npkts = 0
         self.free_head = -1
         self.nheap = 0
@@ -237,6 +259,7 @@ cdef class Core:
     def __init__(self, int n, int nlinks):
         self.engines = [None] * (n + 1)
         self._nodes = [None] * (n + 1)
+        self._lnodes = [None] * (n + 1)
         self.calls = {}
         self.next_call = 0
         self.route_cb = None
@@ -261,12 +284,16 @@ cdef class Core:
                 free(self.mc_links[i])
             if self.uc_next != NULL:
                 free(self.uc_next[i])
+            if self.hq != NULL:
+                free(self.hq[i])
         free(self.proc_ns); free(self.cpu_free); free(self.send_a); free(self.send_b); free(self.recv_f)
         free(self.member); free(self.up); free(self.fast); free(self.timer_at); free(self.rxloss)
         free(self.h_rx_pkts); free(self.h_rx_bytes); free(self.h_tx_pkts); free(self.h_tx_bytes)
         free(self.h_rx_cls); free(self.h_tx_cls); free(self.h_calls); free(self.h_busy_ns)
         free(self.engs); free(self.nodes); free(self.links); free(self.mc_off); free(self.mc_links)
         free(self.uc_next); free(self.heap); free(self.pkts)
+        free(self.rx_limit); free(self.hq); free(self.hq_cap); free(self.hq_head); free(self.hq_cnt)
+        free(self.h_held); free(self.h_held_max); free(self.lnodes)
 
     # ================================================================ set-up
     def set_link(self, int i, int a, int b, int64_t lat_ns, double bandwidth_bps, int limit):
@@ -768,7 +795,14 @@ cdef class Core:
         return self.host_rx(v, i)
 
     cdef int host_rx(self, int v, int32_t i) except -1:
-        """Hand packet i to the engine at v (now)."""
+        """Hand packet i to the engine at v (now), unless v's delivery queue
+        is full (set_rx_limit): then it waits in v's input queue."""
+        if self.rx_limit[v] >= 0 and self.up[v]:
+            if self.hq_cnt[v] > 0 or <int64_t>self.queued(v) >= self.rx_limit[v]:
+                return self.hold(v, i)
+        return self.host_rx_now(v, i)
+
+    cdef int host_rx_now(self, int v, int32_t i) except -1:
         cdef pkt_t *p = &self.pkts[i]
         cdef object data = <object>p.data      # a new reference: survives pkts reallocs
         cdef int64_t now = self.now
@@ -812,6 +846,87 @@ cdef class Core:
             self.arm(v)
             self.w_slow += wall_ns() - w0
         return 0
+
+    # ================================================================ bounded delivery queues
+    cdef uint64_t queued(self, int v) noexcept:
+        """Messages waiting for the application at v: queued in the FIFO
+        delivery queues and not purged (or, without FIFO delivery, the data
+        plane's pending count)."""
+        cdef Node node = <Node>self.lnodes[v]
+        cdef rp_srbq_t *q
+        cdef uint64_t k = 0
+        cdef uint32_t j
+        if not node.n.fifo:
+            return rp_node_pending(&node.n)
+        for j in range(node.n.npeers):
+            q = node.n.peers[j].q
+            if q != NULL:
+                k += q.n_queued - q.n_delivered - q.n_purged_queue
+        return k
+
+    cdef int hold(self, int v, int32_t i) except -1:
+        cdef int32_t cap = self.hq_cap[v]
+        cdef int32_t *r
+        cdef int32_t j
+        if self.hq_cnt[v] == cap:
+            cap = 2 * cap if cap else 256
+            r = <int32_t *>malloc(cap * sizeof(int32_t))
+            if not r:
+                raise MemoryError()
+            for j in range(self.hq_cnt[v]):
+                r[j] = self.hq[v][(self.hq_head[v] + j) % self.hq_cap[v]]
+            free(self.hq[v])
+            self.hq[v] = r
+            self.hq_cap[v] = cap
+            self.hq_head[v] = 0
+        self.hq[v][(self.hq_head[v] + self.hq_cnt[v]) % cap] = i
+        self.hq_cnt[v] += 1
+        self.pkts[i].refs += 1
+        self.h_held[v] += 1
+        if self.hq_cnt[v] > self.h_held_max[v]:
+            self.h_held_max[v] = self.hq_cnt[v]
+        return 0
+
+    def set_rx_limit(self, int v, int64_t limit):
+        """Bound the delivery queue at v (the paper's bounded receiver
+        buffers, FIFO-SRB §3.2): while `limit` or more messages wait for v's
+        application, datagrams reaching v's host wait unprocessed in an
+        unbounded input queue, in order, until release(v) finds room.
+        limit < 0 removes the bound (held datagrams stay until release)."""
+        self._check(v)
+        if limit >= 0:
+            node = getattr(self.engines[v], "node", None)
+            if not isinstance(node, Node):
+                raise TypeError("a bounded delivery queue needs engine.node to be an rpbcast.node.Node")
+            self._lnodes[v] = node
+            self.lnodes[v] = <PyObject *>node
+        self.rx_limit[v] = limit
+
+    def release(self, int v):
+        """Hand v's held datagrams to its engine, in order, while its
+        delivery queue is below the limit (call after the application read).
+        Returns how many were handed over."""
+        cdef int32_t i
+        cdef int k = 0
+        self._check(v)
+        while self.hq_cnt[v] > 0:
+            if self.up[v] and self.rx_limit[v] >= 0 and <int64_t>self.queued(v) >= self.rx_limit[v]:
+                break
+            i = self.hq[v][self.hq_head[v]]
+            self.hq_head[v] = (self.hq_head[v] + 1) % self.hq_cap[v]
+            self.hq_cnt[v] -= 1
+            self.host_rx_now(v, i)
+            self.unref(i)
+            k += 1
+        return k
+
+    def rx_queue(self, int v):
+        """(messages waiting for the application, datagrams held, datagrams
+        ever held, most held at once) at a host with a bounded queue."""
+        self._check(v)
+        if self.lnodes[v] == NULL:
+            return (0, self.hq_cnt[v], self.h_held[v], self.h_held_max[v])
+        return (self.queued(v), self.hq_cnt[v], self.h_held[v], self.h_held_max[v])
 
     # ================================================================ engines
     cdef int collect(self, int v) except -1:

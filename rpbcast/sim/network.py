@@ -96,7 +96,7 @@ class Network:
     def __init__(self, topo: Topology, seed: int = 0, queue_limit: Optional[int] = None,
                  proc_delay: float = 0.0, host_cost: Optional[HostCost] = None, header_bytes: int = 28,
                  link_loss=None, rx_loss=None, loss_applies: str = "all", start: int = NS,
-                 fast_rx: bool = True):
+                 fast_rx: bool = True, queue_limits: Optional[Dict[tuple, Optional[int]]] = None):
         if not topo.is_connected():
             raise ValueError("the topology is not connected")
         self.topo = topo
@@ -109,8 +109,13 @@ class Network:
         core.set_header_bytes(header_bytes)
         self.header_bytes = header_bytes
         self.queue_limit = queue_limit
+        per = {}
+        for (a, b), q in (queue_limits or {}).items():
+            i = topo.link_index(int(a), int(b))
+            per[i] = q
         for i, (a, b, lat, bw) in enumerate(d):
-            core.set_link(i, a, b, int(round(lat * NS)), bw, -1 if queue_limit is None else int(queue_limit))
+            q = per.get(i, queue_limit)
+            core.set_link(i, a, b, int(round(lat * NS)), bw, -1 if q is None else int(q))
         self.proc_delay = proc_delay
         if proc_delay:
             for v in range(1, self.n + 1):

@@ -48,6 +48,7 @@ DEFAULTS = {
     "latency": None,                 # seconds: override every link's latency (tree default 0.005)
     "bandwidth": 100e6,              # bits/s per link direction (§7.1: 100 Mb/s)
     "queue_limit": 50,               # packets waiting per link direction (§7.1: 50); None = unlimited
+    "queue_limits": None,            # {(a, b): limit or None}: per link direction a -> b, overriding queue_limit
     "proc_delay": 0.0,               # seconds of router processing per hop (GSGC: 0.001)
     "host_cost": False,              # True: GSGC host send/receive costs; or {"send_base", "send_per_byte", "recv_factor"}
     "header_bytes": 28,              # IP + UDP header per packet on a link
@@ -63,6 +64,12 @@ DEFAULTS = {
     "burst": 1,                      # messages per Poisson arrival
     "stagger": 1.0,                  # members boot at uniformly random times in the first this-many seconds
     "start_delay": 0.1,              # seconds after the last boot before the first arrival
+    "labels": None,                  # "stock": label messages with the stock-trading items (FIFO-SRB §3.2)
+    "producer": "retry",             # "backlog": refused arrivals wait in a FIFO backlog at the sender
+    # applications (default: every receiver's application takes everything at each drain)
+    "consumers": None,               # {node: msgs/s (0 = unlimited)}: these applications read at most that
+    "consume_interval": 0.001,       # seconds between a consumer application's reads
+    "consumer_queue": None,          # B: a consumer's host stops taking datagrams while B messages wait
     # loss
     "loss": 0.0,
     "loss_model": "uniform",         # or "gilbert"
@@ -131,6 +138,7 @@ class Simulation:
         self.pub = Publisher(self.net, w, seed=self.seed, t0=self.t_start)
         self.net.start()
         self._init_tracking()
+        self._init_consumers()
         self.build_s = time.perf_counter() - t_build
 
     # ------------------------------------------------------------------ building
@@ -201,7 +209,19 @@ class Simulation:
                        header_bytes=int(p["header_bytes"]),
                        link_loss=model if p["loss_where"] == "link" else None,
                        rx_loss=model if p["loss_where"] == "receiver" else None,
-                       loss_applies=p["loss_applies"], fast_rx=bool(p["fast_rx"]))
+                       loss_applies=p["loss_applies"], fast_rx=bool(p["fast_rx"]),
+                       queue_limits=self._queue_limits(p["queue_limits"]))
+
+    @staticmethod
+    def _queue_limits(ql):
+        """{(a, b): limit}; also accepts "a-b" keys (JSON); 0/"none" = unlimited."""
+        if not ql:
+            return None
+        out = {}
+        for k, q in dict(ql).items():
+            a, b = (k.split("-") if isinstance(k, str) else k)
+            out[(int(a), int(b))] = None if q in (None, 0, "none") else int(q)
+        return out
 
     @staticmethod
     def _host_cost(hc):
@@ -296,6 +316,12 @@ class Simulation:
         p = self.p
         rate = self._rates()
         kw = dict(size=int(p["size"]), burst=int(p["burst"]))
+        if p["labels"] is not None:
+            kw["labels"] = p["labels"]
+        if p["producer"] not in ("retry", "backlog"):
+            raise ValueError(f"producer must be 'retry' or 'backlog', got {p['producer']!r}")
+        if p["producer"] == "backlog":
+            kw["backlog"] = True
         if p["messages"]:
             stop = float(p["duration"]) if "duration" in self._given else None
             return Poisson.split(self.senders, int(p["messages"]), rate, stop=stop, **kw)
@@ -364,6 +390,93 @@ class Simulation:
                       & (h[:, 3] == (seq >> 32)))
                 self.corrupt += int(k - np.count_nonzero(ok))
 
+    # ------------------------------------------------------------------ consumer applications
+    def _init_consumers(self):
+        """Applications that read at a limited rate (a slow consumer) or at
+        every `consume_interval` (a fast one), instead of at the drains; with
+        `consumer_queue` B their hosts stop taking datagrams from the network
+        while B messages wait for the application (docs/simulator.md)."""
+        p = self.p
+        self.consumers = {}
+        self._read_t: Dict[int, List[np.ndarray]] = {}
+        c = p["consumers"]
+        if not c:
+            return
+        for v, rate in sorted((int(k), float(x)) for k, x in dict(c).items()):
+            if v not in self.receivers:
+                raise ValueError(f"consumer {v} is not a receiver")
+            if rate < 0:
+                raise ValueError("consumer rates must be >= 0 (0 = unlimited)")
+            self.consumers[v] = rate
+            self._read_t[v] = []
+        self._tick = int(round(float(p["consume_interval"]) * NS))
+        if self._tick <= 0:
+            raise ValueError("consume_interval must be > 0")
+        B = p["consumer_queue"]
+        self._tokens = {v: 0.0 for v in self.consumers}
+        for v in self.consumers:
+            if B is not None:
+                self.net.core.set_rx_limit(v, int(B))
+            self.net.at(self.net.now + self._tick, self._consumer(v), node=v)
+
+    def _consumer(self, v):
+        rate = self.consumers[v]
+        per_tick = rate * self._tick / NS
+        cap = max(1.0, per_tick)
+        core = self.net.core
+        limited = self.p["consumer_queue"] is not None
+
+        def tick():
+            now = self.net.now
+            if rate > 0:
+                # an idle application does not bank capacity beyond one tick
+                tok = min(self._tokens[v] + per_tick, cap)
+                n = int(tok)
+                k = self._read(v, n) if n else 0
+                self._tokens[v] = tok - k if k == n else tok - int(tok)
+            else:
+                while self._read(v, 1 << 16):
+                    pass
+            if limited:
+                core.release(v)
+            self.net.at(now + self._tick, tick, node=v)
+        return tick
+
+    def _read(self, v, max_n):
+        """The application at v reads up to max_n messages now."""
+        e = self.engines[v]
+        now = self.net.now
+        size = int(self.p["size"])
+        max_n = int(min(max_n, len(self._buf) // max(size, 1), 1 << 16))
+        k, snd, inc, seq, lab, rxt, offs, lens = e.recv_batch(max_n, self._buf, now)
+        if not k:
+            return 0
+        self._rec[v].append((snd, inc, seq, rxt))
+        self._read_t[v].append(np.full(k, now, np.int64))
+        self.records += k
+        self._note(np.full(k, v, np.int64), snd, inc, seq)
+        if self.p["check_payload"] and size >= 16:
+            idx = offs.astype(np.int64)[:, None] + np.arange(16)
+            h = self._bufnp[idx].copy().view(np.uint32)
+            h = np.where((lens == size)[:, None], h, 0xFFFFFFFF)
+            ok = ((h[:, 0] == snd) & (h[:, 1] == inc) & (h[:, 2] == (seq & 0xFFFFFFFF))
+                  & (h[:, 3] == (seq >> 32)))
+            self.corrupt += int(k - np.count_nonzero(ok))
+        return k
+
+    def deliveries(self, v) -> dict:
+        """What receiver v's application got, in order: sender, inc, seq,
+        rx (receipt time at the node) and, for consumers, read (when the
+        application read it); virtual ns."""
+        parts = self._rec[v]
+        cat = (lambda i: np.concatenate([x[i] for x in parts]).astype(np.int64)) if parts else \
+            (lambda i: np.zeros(0, np.int64))
+        out = {"sender": cat(0), "inc": cat(1), "seq": cat(2), "rx": cat(3)}
+        if v in self._read_t:
+            r = self._read_t[v]
+            out["read"] = np.concatenate(r) if r else np.zeros(0, np.int64)
+        return out
+
     def _note(self, node, snd, inc, seq):
         """Count distinct expected deliveries (receiver, message)."""
         snd = snd.astype(np.int64)
@@ -386,8 +499,9 @@ class Simulation:
     def drain(self):
         core = self.net.core
         if self._fast_recv is None or self._fast_version != self.net.version:
-            self._fast_recv = np.array([v for v in self.receivers if core.is_fast(v)], np.int32)
-            self._slow_recv = [v for v in self.receivers if not core.is_fast(v)]
+            drained = [v for v in self.receivers if v not in self.consumers]
+            self._fast_recv = np.array([v for v in drained if core.is_fast(v)], np.int32)
+            self._slow_recv = [v for v in drained if not core.is_fast(v)]
             self._fast_version = self.net.version
         if len(self._fast_recv):
             size = int(self.p["size"])
@@ -610,6 +724,14 @@ class Simulation:
             "control_rx": int(cc["control_rx"]), "timers": int(cc["timers"]),
             "unroutable": int(cc["unroutable"]), "max_heap": int(cc["max_heap"]),
         }
+        if self.consumers:
+            q = [self.net.core.rx_queue(v) for v in self.consumers]
+            res["consumer_waiting"] = int(sum(x[0] for x in q))
+            res["consumer_held"] = int(sum(x[1] for x in q))
+            res["consumer_held_total"] = int(sum(x[2] for x in q))
+            res["consumer_held_max"] = int(max(x[3] for x in q))
+        if pub.backlog is not None:
+            res["backlog_left"] = int(sum(k for d in pub.backlog.values() for _, k in d))
         for typ, (m, b) in sorted(traffic.items()):
             res[f"msgs_{typ}"] = m
             res[f"bytes_{typ}"] = b

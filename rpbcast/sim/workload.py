@@ -17,9 +17,19 @@ on anything the protocol does.
 
 A publish the engine refuses (BlockingIOError: send buffer or FIFO-SRB
 window full) is retried every `retry` seconds and counted in `blocked`.
+With `backlog=True` the producer instead keeps refused arrivals in a FIFO
+backlog (one retry per sender every `retry` seconds, published in arrival
+order): the offered input is the arrival process, the accepted input what
+the engine took; `offer_times` records each message's arrival (backlog mode only).
+
+`labels="stock"` labels every message with an item of the stock-trading
+access pattern (rpbcast.workload.StockWorkload: 875 items, 25/100/750 taking
+50/40/10 % of the updates; FIFO-SRB §3.2), drawn per sender from a stream
+seeded by (seed, sender); `labels[s]` is the label of each published seq.
 """
 from __future__ import annotations
 
+import collections
 import random
 import struct
 from dataclasses import dataclass
@@ -46,6 +56,8 @@ class Poisson:
     count: Union[None, int, Dict[int, int]] = None   # messages per sender
     burst: int = 1                           # messages per arrival
     retry: float = 0.001
+    labels: Optional[str] = None             # None, or "stock": label each message with a stock item
+    backlog: bool = False                    # refused arrivals wait in a FIFO backlog (offered vs accepted)
 
     def __post_init__(self):
         if self.rate <= 0:
@@ -56,6 +68,8 @@ class Poisson:
             raise ValueError("burst must be >= 1")
         if self.size < 0:
             raise ValueError("size must be >= 0")
+        if self.labels not in (None, "stock"):
+            raise ValueError(f"labels must be None or 'stock', got {self.labels!r}")
 
     def count_for(self, s: int) -> Optional[int]:
         if self.count is None:
@@ -108,6 +122,16 @@ class Publisher:
         self.last_arrival = max((self.t0 + p[-1][0] for p in self.plan.values() if p), default=self.t0)
         self.done_at: Optional[int] = None
         self._left = sum(len(p) for p in self.plan.values())
+        self.labels: Dict[int, Optional[list]] = {s: None for s in workload.senders}
+        if workload.labels == "stock":
+            from rpbcast.workload import StockWorkload
+            for s in workload.senders:
+                n = sum(k for _, k in self.plan[s])
+                st = StockWorkload(seed=random.Random(f"labels/{seed}/{s}").getrandbits(64))
+                self.labels[s] = st.labels(n).tolist()
+        self.backlog = {s: collections.deque() for s in workload.senders} if workload.backlog else None
+        self.offer_times: Dict[int, List[int]] = {s: [] for s in workload.senders}
+        self._retry_at: Dict[int, Optional[int]] = {s: None for s in workload.senders}
         for s in workload.senders:
             if s not in net.engines:
                 raise ValueError(f"sender {s} has no engine")
@@ -116,9 +140,56 @@ class Publisher:
                 net.at(self.t0 + off, self._fire(s, k), node=s)
 
     def _fire(self, s, k):
+        if self.backlog is not None:
+            def arrive():
+                self.backlog[s].append([self.net.now, k])
+                if self._retry_at[s] is None:
+                    self._drain_backlog(s)
+            return arrive
+
         def fire():
             self._publish(s, k)
         return fire
+
+    def _drain_backlog(self, s):
+        """Publish sender s's backlog in arrival order until the engine
+        refuses; then retry once after `retry` seconds."""
+        net = self.net
+        e = net.engines[s]
+        now = net.now
+        self._retry_at[s] = None
+        q = self.backlog[s]
+        size = self.w.size
+        inc = self.inc[s]
+        times = self.send_times[s]
+        labels = self.labels[s]
+        while q:
+            item = q[0]
+            t_offer, k = item
+            while k > 0:
+                seq = e.node.next_seq if hasattr(e, "node") else self.published[s]
+                try:
+                    if labels is None:
+                        got = e.publish(payload(s, inc, seq, now, size), now=now)
+                    else:
+                        got = e.publish(payload(s, inc, seq, now, size), label=labels[len(times)], now=now)
+                except BlockingIOError:
+                    self.blocked += 1
+                    item[1] = k
+                    t = now + int(self.w.retry * NS)
+                    self._retry_at[s] = t
+                    net.at(t, lambda: self._drain_backlog(s), node=s)
+                    return
+                if got != len(times):
+                    raise RuntimeError(f"sender {s}: engine gave seq {got}, expected {len(times)}")
+                times.append(now)
+                self.offer_times[s].append(t_offer)
+                self.published[s] += 1
+                k -= 1
+            q.popleft()
+            self._left -= 1
+            if self._left == 0:
+                self.done_at = now
 
     def _publish(self, s, k):
         net = self.net
@@ -127,10 +198,14 @@ class Publisher:
         size = self.w.size
         inc = self.inc[s]
         times = self.send_times[s]
+        labels = self.labels[s]
         while k > 0:
             seq = e.node.next_seq if hasattr(e, "node") else self.published[s]
             try:
-                got = e.publish(payload(s, inc, seq, now, size), now=now)
+                if labels is None:
+                    got = e.publish(payload(s, inc, seq, now, size), now=now)
+                else:
+                    got = e.publish(payload(s, inc, seq, now, size), label=labels[len(times)], now=now)
             except BlockingIOError:
                 self.blocked += 1
                 net.at(now + int(self.w.retry * NS), self._fire(s, k), node=s)
