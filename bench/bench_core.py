@@ -67,6 +67,12 @@ def main():
             s(k % 1000, k % 1000, 1, q)
     res.append(compare("signature update (incl. Python call)", upd, lambda: inorder[:10_000].sum(),
                        10_000, rounds=a.rounds, unit="update"))
+    # the C path the data plane takes: one XXH64 of 16 bytes, subtract, add
+    slots = (np.arange(10_000) % 1000).astype(np.uint32)
+    ones = np.ones(10_000, np.uint32)
+    bseq = np.array(seqs, np.uint64)
+    res.append(compare("signature update, C batch (set_batch)", lambda: sig.set_batch(slots, slots, ones, bseq),
+                       lambda: inorder[:10_000].sum(), 10_000, rounds=a.rounds, unit="update"))
     report(res, "bench_core", a.json)
 
 

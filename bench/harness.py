@@ -30,9 +30,11 @@ def machine():
             "kernel": platform.release(), "date": time.strftime("%Y-%m-%d")}
 
 
-def _best(fn, reps):
+def _best(fn, reps, prepare=None):
     best = float("inf")
     for _ in range(reps):
+        if prepare is not None:
+            prepare()              # untimed set-up of the next call
         t0 = time.perf_counter_ns()
         fn()
         dt = time.perf_counter_ns() - t0
@@ -40,14 +42,18 @@ def _best(fn, reps):
     return best
 
 
-def compare(name, case, baseline, per_call, rounds=11, reps=5, unit="msg"):
-    """Time case() against baseline(); per_call = units of work per call."""
-    case()
+def compare(name, case, baseline, per_call, rounds=11, reps=5, unit="msg", prepare=None, warmup=1):
+    """Time case() against baseline(); per_call = units of work per call.
+    prepare(), if given, runs untimed before every call of case()."""
+    for _ in range(warmup):
+        if prepare is not None:
+            prepare()
+        case()
     baseline()                 # warm up both
     cs, bs = [], []
     for _ in range(rounds):
         bs.append(_best(baseline, reps) / per_call)
-        cs.append(_best(case, reps) / per_call)
+        cs.append(_best(case, reps, prepare) / per_call)
     c, b = statistics.median(cs), statistics.median(bs)
     return {"name": name, "ns_per_" + unit: round(c, 2), "baseline_ns_per_" + unit: round(b, 3),
             "ratio": round(c / b, 2), "stdev": round(statistics.pstdev(cs), 2), "rounds": rounds}

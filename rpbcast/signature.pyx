@@ -8,6 +8,7 @@ Changing one entry is O(1).  The value is byte-for-byte what Python's
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
+
 from rpbcast.includes.core cimport *
 
 DEFAULT_SEED = 0x7270626361737431  # "rpbcast1"
@@ -43,6 +44,22 @@ cdef class Signature:
 
     def set(self, uint32_t slot, uint32_t key, uint32_t a, uint64_t b):
         if rp_sigvec_set(&self.v, slot, key, a, b) != RP_OK:
+            raise MemoryError()
+
+    def set_batch(self, const uint32_t[::1] slots not None, const uint32_t[::1] keys not None,
+                  const uint32_t[::1] a not None, const uint64_t[::1] b not None):
+        """set(slots[i], keys[i], a[i], b[i]) for every i, in order, in one
+        C loop (the way the data plane updates heartbeat entries)."""
+        cdef Py_ssize_t n = slots.shape[0], i
+        cdef int rc = RP_OK
+        if keys.shape[0] != n or a.shape[0] != n or b.shape[0] != n:
+            raise ValueError("slots, keys, a and b must have the same length")
+        with nogil:
+            for i in range(n):
+                rc = rp_sigvec_set(&self.v, slots[i], keys[i], a[i], b[i])
+                if rc != RP_OK:
+                    break
+        if rc != RP_OK:
             raise MemoryError()
 
     def delete(self, uint32_t slot):

@@ -3,6 +3,7 @@ and tests/models/signature_model.py."""
 import random
 import struct
 
+import numpy as np
 import pytest
 import xxhash
 from hypothesis import given, settings
@@ -91,6 +92,15 @@ class SignatureMachine(RuleBasedStateMachine):
         self.sig.set(slot, key, a, b)
         self.m.set(slot, key, a, b)
 
+    @rule(ops=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3), st.integers(0, 3),
+                                 st.one_of(st.integers(0, 5), U64)), max_size=12))
+    def set_batch(self, ops):
+        cols = list(zip(*ops)) or [(), (), (), ()]
+        self.sig.set_batch(np.array(cols[0], np.uint32), np.array(cols[1], np.uint32),
+                           np.array(cols[2], np.uint32), np.array(cols[3], np.uint64))
+        for slot, key, a, b in ops:
+            self.m.set(slot, key, a, b)
+
     @invariant()
     def agree(self):
         if hasattr(self, "sig"):
@@ -131,6 +141,14 @@ def test_equal_entries_do_not_cancel():
     assert s.value == (2 * h) % 2**64 != 0
     s.delete(0)
     assert s.value == h
+
+
+def test_set_batch_rejects_ragged_columns():
+    sig = Signature()
+    with pytest.raises(ValueError, match="same length"):
+        sig.set_batch(np.zeros(2, np.uint32), np.zeros(2, np.uint32), np.zeros(1, np.uint32),
+                      np.zeros(2, np.uint64))
+    assert len(sig) == 0
 
 
 def test_replace_and_delete():
