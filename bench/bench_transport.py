@@ -5,8 +5,10 @@ the same run (root: runs in network namespaces it creates).
 
 Throughput: 1 sender -> 1 and -> 2 receivers, 64 B and 1 KB messages, 0%
 and 1% kernel loss (iptables statistic), rpbcast with no logger (peers-only
-repair) and, for 64 B, with one logger; reported as the slowest receiver's
-msgs/s, median over reps, with every message delivered exactly once.  Beside
+repair, receiver-driven flow control: the sender never outruns the slowest
+receiver's reports) and, for 64 B, with one logger (the sender waits for
+the logger's acknowledgments); reported as the slowest receiver's msgs/s,
+median over the reps in which every message was delivered exactly once.  Beside
 them: a raw C sendmmsg/recvmmsg blaster and a UDP GSO/GRO blaster, no
 protocol, same sizes, same run.  Latency: one-way p50/p99/p99.9 at 10 k and
 100 k msgs/s, lossless and at 1% loss.
@@ -89,12 +91,14 @@ def main():
                     ok = sum(1 for s in runs if s["exactly_once"])
                     rate = median([s["recv_rate_min"] for s in runs if s["exactly_once"]])
                     row = {"size": size, "receivers": nrecv, "loggers": loggers, "loss": loss,
+                           "flow_control": runs[0].get("flow_control"),
                            "rpbcast_msgs_s": rate, "all_delivered": f"{ok}/{len(runs)}",
                            "mb_s": rate * size / 1e6 if rate else None,
                            "raw_sendmmsg_msgs_s": plain, "raw_gso_gro_msgs_s": gso,
                            "ratio_to_gso": rate / gso if rate and gso else None,
                            "ratio_to_sendmmsg": rate / plain if rate and plain else None,
-                           "repairs": median([s["repairs_peer"] + s["repairs_logger"] for s in runs])}
+                           "repairs": median([s["repairs_peer"] + s["repairs_logger"] for s in runs]),
+                           "gaps": median([s["gaps"] for s in runs])}
                     results["throughput"].append(row)
                     print(json.dumps(row), flush=True)
     for rate in (10_000, 100_000):

@@ -19,6 +19,7 @@ ROLES = ("member", "logger")
 TRANSPORTS = ("multicast", "unicast")
 SELECTIONS = ("uniform", "linear", "quadratic")
 DELIVERY = ("unordered", "fifo")
+FLOW_CONTROL = ("loggers", "receivers")
 FSYNC = ("always", "interval", "never")
 
 
@@ -78,6 +79,23 @@ class Config:
     idle_after: float = 0.005             # silence before the idle heartbeat (§5.1)
     ack_loggers: int = 1                  # loggers that must hold a message before it leaves the send buffer
     logger_retx_timeout: float = 0.5      # resend unacknowledged messages to a logger after this
+    # What a sender's send buffer waits for before a message may leave it
+    # (and what publish() blocks on when the buffer is full):
+    #   "loggers"   -- a logger's acknowledgment (§3.1).  Without loggers
+    #                  nothing is waited for: messages live as long as the
+    #                  gossip buffer keeps them (gc_limit, gossip_buffer_bytes),
+    #                  and a receiver that falls further behind is told they
+    #                  are lost.
+    #   "receivers" -- also every live receiver's report that it has the
+    #                  message: a sender never runs further ahead of its
+    #                  slowest receiver than its store holds, so a loggerless
+    #                  group at line rate loses nothing.  Receivers report
+    #                  every flow_report_interval; one silent for
+    #                  flow_timeout stops holding senders back.  Every member
+    #                  must use the same setting.
+    flow_control: str = "loggers"
+    flow_report_interval: float = 0.002
+    flow_timeout: float = 1.0
 
     # loggers
     log_dir: Optional[str] = None
@@ -136,13 +154,15 @@ class Config:
         need(self.nack_target in ("auto", "sender", "random"),
              f"nack_target must be 'auto', 'sender' or 'random', got {self.nack_target!r}")
         need(self.fsync in FSYNC, f"fsync must be one of {FSYNC}, got {self.fsync!r}")
+        need(self.flow_control in FLOW_CONTROL,
+             f"flow_control must be one of {FLOW_CONTROL}, got {self.flow_control!r}")
         need(576 <= self.mtu <= 65507, f"mtu must be between 576 and 65507 bytes, got {self.mtu}")
         need(self.store_bytes >= 1 << 16, f"store_bytes must be at least 64 KiB, got {self.store_bytes}")
         need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")
         for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
                      "idle_after", "logger_retx_timeout", "fsync_interval", "logger_ack_interval",
                      "logger_rtx_interval", "log_retention", "logger_report_interval", "ping_interval",
-                     "srb_report_interval", "nack_retry"):
+                     "srb_report_interval", "nack_retry", "flow_report_interval", "flow_timeout"):
             v = getattr(self, name)
             need(isinstance(v, (int, float)) and v > 0, f"{name} must be a positive number of seconds, got {v!r}")
         need(isinstance(self.gc_limit, int) and self.gc_limit >= 1,

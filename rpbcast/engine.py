@@ -115,6 +115,11 @@ class Engine:
         # sender <-> logger
         self.logger_acks = {}             # logger id -> own frontier it holds
         self._ack_progress_t = now
+        # receiver-driven flow control (cfg.flow_control == "receivers")
+        self._flow = cfg.flow_control == "receivers"
+        self.flow_acks = {}               # receiver id -> (its inc, our frontier it reported)
+        self._flow_sent = {}              # slot -> (frontier we reported, when)
+        self.next_flow = now + _ns(cfg.flow_report_interval) if self._flow else None
         self._update_hold_send()
 
         self.extensions = []
@@ -148,9 +153,10 @@ class Engine:
         return m.addr if m is not None else None
 
     def _update_hold_send(self):
-        # Without loggers nothing acknowledges; the send buffer then lives
-        # only as long as the gossip buffer keeps it.
-        self.node.hold_send = bool(self.members.loggers())
+        # Without loggers (and without receiver flow control) nothing
+        # acknowledges; the send buffer then lives only as long as the
+        # gossip buffer keeps it.
+        self.node.hold_send = bool(self.members.loggers()) or self._flow
 
     # ------------------------------------------------------------------ API
     def resume(self, bases):
@@ -246,6 +252,8 @@ class Engine:
             t.append(self.next_nack_retry)
         if self.next_join is not None:
             t.append(self.next_join)
+        if self.next_flow is not None:
+            t.append(self.next_flow)
         if self.node.next_seq and self.idle_announced != self.node.next_seq:
             t.append(self.node.last_publish + _ns(self.cfg.idle_after))
         if self.members.loggers() and self.node.acked < self.node.next_seq:
@@ -281,6 +289,9 @@ class Engine:
             self.next_report = now + _ns(cfg.logger_report_interval)
         if self.next_join is not None and now >= self.next_join:
             self._join_tick(now)
+        if self.next_flow is not None and now >= self.next_flow:
+            self._flow_tick(now)
+            self.next_flow = now + _ns(cfg.flow_report_interval)
         # idle heartbeat: one multicast when the sender falls silent (§5.1)
         if (self.node.next_seq and self.idle_announced != self.node.next_seq
                 and now - self.node.last_publish >= _ns(cfg.idle_after)):
@@ -669,6 +680,8 @@ class Engine:
             for s, i, frontier in entries:
                 if s == self.id and i == self.inc:
                     self._logger_ack(source, frontier, now)
+        elif m is not None and self._flow:
+            self._flow_report(source, m.inc if source_inc is None else source_inc, entries, now)
         if self.logger is not None:
             self.logger.on_report(source, entries, now, source_inc)
         for x in self.extensions:
@@ -678,13 +691,70 @@ class Engine:
         if frontier <= self.logger_acks.get(logger_id, 0):
             return
         self.logger_acks[logger_id] = frontier
+        if self._flow:
+            self._flow_release(now)
+            return
+        eff = self._logger_frontier()
+        if eff > self.node.acked:
+            self.node.logger_ack(eff)
+            self._ack_progress_t = now
+
+    def _logger_frontier(self):
+        """Own seqs below this are held by ack_loggers loggers (0: not yet)."""
         vals = sorted(self.logger_acks.values(), reverse=True)
         k = self.cfg.ack_loggers
-        if len(vals) >= k:
-            eff = vals[k - 1]
-            if eff > self.node.acked:
-                self.node.logger_ack(eff)
-                self._ack_progress_t = now
+        return vals[k - 1] if len(vals) >= k else 0
+
+    # ------------------------------------------------------------------ flow control
+    def _flow_tick(self, now):
+        """Receiver-driven flow control: report our receive frontier to each
+        sender whose stream moved (and again now and then, in case a report
+        was lost); as a sender, re-evaluate what may leave the send buffer
+        (a receiver that fell silent stops counting)."""
+        node = self.node
+        if not self.is_logger and self.status in (MEMBER, PENDING_LEAVE):
+            every = 16 * _ns(self.cfg.flow_report_interval)
+            for slot, pid, pinc in node.peer_ids():
+                m = self.members.get(pid)
+                if m is None or pid == self.id or m.status not in (MEMBER, PENDING_LEAVE):
+                    continue
+                f = node.peer_contiguous(slot)
+                last = self._flow_sent.get(slot)
+                if last is not None and last[0] == f and now - last[1] < every:
+                    continue
+                self._flow_sent[slot] = (f, now)
+                body = wire.gossip_body(node.hb_signature, self.members.signature, now & (2**64 - 1),
+                                        [wire.lastseen_section([(pid, pinc, f)])])
+                self.gossip_seq += 1
+                self._emit(m.addr, T.GOSSIP, body, seq=self.gossip_seq)
+        self._flow_release(now)
+
+    def _flow_release(self, now):
+        """Release the send buffer below the least frontier reported by the
+        receivers heard from within flow_timeout (and, with loggers, below
+        what ack_loggers loggers hold)."""
+        node = self.node
+        if not node.next_seq or node.acked >= node.next_seq:
+            return
+        live = [m for m in self.members.active(now, _ns(self.cfg.flow_timeout))
+                if not m.is_logger and m.last_heard]
+        eff = node.next_seq
+        for m in live:
+            eff = min(eff, self.flow_acks.get(m.node_id, (0, 0))[1])
+        if self.members.loggers():
+            eff = min(eff, self._logger_frontier())
+        if eff > node.acked:
+            node.logger_ack(eff)
+            self._ack_progress_t = now
+
+    def _flow_report(self, source, source_inc, entries, now):
+        for s, i, frontier in entries:
+            if s == self.id and i == self.inc:
+                old = self.flow_acks.get(source)
+                if old is None or old[0] != source_inc or frontier > old[1]:
+                    # a restarted receiver's new incarnation starts over
+                    self.flow_acks[source] = (source_inc, frontier)
+                    self._flow_release(now)
 
     def _send_gcnote(self, dest, sender, inc, intervals):
         from rpbcast.digest import encode
@@ -991,6 +1061,8 @@ class Engine:
     def counters(self):
         c = self.node.counters()
         c["members"] = len(self.members.active())
+        # own messages not yet released by loggers / receivers (the window in use)
+        c["unacked"] = max(self.node.next_seq - self.node.acked, 0) if self.node.hold_send else 0
         return c
 
     def traffic(self):

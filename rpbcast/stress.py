@@ -45,6 +45,9 @@ def add_parsers(sub):
     p.add_argument("--no-gso", action="store_true", help="send one datagram per syscall entry (no UDP GSO)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
+    p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
+                   help="what a sender's buffer waits for (Config.flow_control); auto: the loggers' "
+                        "acknowledgments, or with --loggers 0 every receiver's report")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,
@@ -151,6 +154,7 @@ def main(args):
     work = os.path.join(run_dir, "work")
     os.makedirs(work, exist_ok=True)
     senders, receivers, loggers, addrs = plan(args, use_ns)
+    flow_control = args.flow_control if args.flow_control != "auto" else ("loggers" if loggers else "receivers")
     members = [{"node_id": i, "addr": addrs[i], "role": "logger" if i in loggers else "member"}
                for i in senders + receivers + loggers]
     from rpbcast import netaddr
@@ -169,7 +173,8 @@ def main(args):
                    "gossip_interval": args.gossip_interval, "gso": not args.no_gso,
                    "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
                    "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
-                   "drop_rate": args.loss if (args.loss and not use_ns) else 0.0}
+                   "drop_rate": args.loss if (args.loss and not use_ns) else 0.0,
+                   "flow_control": flow_control}
             if role == "logger":
                 cfg["log_dir"] = os.path.join(work, f"log{i}")
                 cfg["fsync"] = "interval"
@@ -395,6 +400,7 @@ def summarize(args, senders, receivers, loggers, sent, finals, transport, loss_m
                 other_bytes += bo
     return {
         "transport": transport, "loss": args.loss, "loss_model": loss_model,
+        "flow_control": args.flow_control if args.flow_control != "auto" else ("loggers" if loggers else "receivers"),
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
@@ -425,7 +431,7 @@ def print_summary(s):
     ok = "yes" if s["exactly_once"] else "NO"
     lines = [
         f"rpbcast stress: {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
-        f"{s['size']} B messages, {s['transport']}",
+        f"{s['size']} B messages, {s['transport']}, flow control by {s.get('flow_control', 'loggers')}",
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
         f"  received        {s['recv_rate_min']:,.0f} msgs/s delivered by the slowest receiver, {s['mb_s_min']:.1f} MB/s",
