@@ -447,6 +447,11 @@ void rp_log_close(rp_log_t *l) {
     l->fd = -1;
 }
 
+void rp_log_abandon(rp_log_t *l) {
+    l->wlen = 0;            /* the user-space write buffer dies with the process */
+    rp_log_close(l);
+}
+
 /* ---- append / sync ----------------------------------------------------- */
 
 int rp_log_flush(rp_log_t *l) {

@@ -85,6 +85,10 @@ typedef struct {
  * negative errno-style code (-errno from the failing system call). */
 int  rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit);
 void rp_log_close(rp_log_t *l);
+/* Close as a killed process would: records still in the write buffer (not
+ * yet written to the file) are lost; what was written survives.  Tests use
+ * it to crash a logger for real. */
+void rp_log_abandon(rp_log_t *l);
 
 /* Stream id of (sender, inc), created on first use; < 0 on error. */
 int64_t rp_log_stream(rp_log_t *l, uint32_t sender, uint32_t inc);

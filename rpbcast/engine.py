@@ -88,6 +88,7 @@ class Engine:
             self.members.upsert(Member(m.node_id, 0, MEMBER, ROLE_LOGGER if m.role == "logger" else ROLE_MEMBER,
                                        m.addr, m.rank if m.rank >= 0 else rank, 0))
         self.members.upsert(self._self_entry())
+        self.members.on_status = self._member_event
 
         # timers (absolute ns)
         gi = _ns(cfg.gossip_interval)
@@ -134,6 +135,10 @@ class Engine:
             self.add_extension(FifoSrb())
 
     # ------------------------------------------------------------------ utils
+    def _member_event(self, m: Member):
+        # trace: a member appeared or changed status (docs/traces.md `member`)
+        self.node.trace_event(self._now, EV_MEMBER, m.node_id, m.inc, m.freshness, 0, 0, m.status)
+
     def _self_entry(self) -> Member:
         return Member(self.id, self.inc, self.status, ROLE_LOGGER if self.is_logger else ROLE_MEMBER,
                       self.cfg.addr, -1, self.freshness, max(self.node.next_seq - 1, 0))
@@ -368,8 +373,15 @@ class Engine:
     def _lastseen_section(self):
         node = self.node
         entries = []
+        # A logger's frontier is an acknowledgment (§5.2: senders derive
+        # ACKs from it), so it reports only what a completed sync covers,
+        # never records still in its write buffer.
+        durable = self.logger.durable if self.logger is not None else None
         for slot, pid, pinc in node.peer_ids():
-            entries.append((pid, pinc, node.peer_contiguous(slot)))
+            f = node.peer_contiguous(slot)
+            if durable is not None:
+                f = min(f, durable.get(slot, 0))
+            entries.append((pid, pinc, f))
         if node.next_seq:
             entries.append((self.id, self.inc, node.next_seq))
         return wire.lastseen_section(entries) if entries else b""

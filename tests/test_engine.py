@@ -141,6 +141,23 @@ def test_dynamic_join_with_sponsors(tmp_path):
     assert min(got) >= start - 1          # nothing from before its join time
 
 
+def test_membership_changes_are_trace_events(tmp_path):
+    from rpbcast.engine import EV_MEMBER
+    from rpbcast.membership import MEMBER
+    g = Group(3, senders=[1])
+    for i in g.ids:
+        g.E[i].node.enable_trace(4096)
+    e = g.net.add(Config(node_id=9, incarnation=5, join=True, sponsors=2, gossip_interval=0.05,
+                         members=[], addr=9))
+    assert g.net.run_until_true(lambda net: e.status == MEMBER and all(9 in g.E[i].members for i in g.ids),
+                                timeout=2)
+    for i in g.ids:
+        t = g.E[i].node.take_trace()
+        rows = {(int(s), int(c), int(a)) for ev, s, c, a in zip(t["event"], t["sender"], t["inc"], t["aux"])
+                if ev == EV_MEMBER}
+        assert (9, 5, MEMBER) in rows, (i, rows)
+
+
 def test_logger_restart_keeps_serving_what_it_acknowledged(tmp_path):
     g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, fsync="always")
     g.publish_stream(200, per_tick=10)
@@ -165,6 +182,49 @@ def test_logger_restart_keeps_serving_what_it_acknowledged(tmp_path):
                                 late.node.peer_missing_count(slot) == 0, timeout=5)
     c = late.counters()
     assert c["repairs_logger"] == 200
+
+
+def test_a_loggers_gossip_never_acknowledges_records_that_are_not_on_disk(tmp_path):
+    # Senders derive ACKs from a logger's gossip frontier (§5.2).  Records
+    # still in the logger's write buffer are not durable: until a sync
+    # covers them, neither the LOGACK nor the gossip may release them.
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, fsync="interval", fsync_interval=1000.0,
+              logger_report_interval=0.05)
+    g.publish_stream(300, per_tick=10)
+    assert g.run_until_complete(timeout=5)
+    g.net.run(1.0)                               # many logger gossip rounds, no sync
+    assert g.E[4].node.logged == 300
+    assert g.E[1].node.acked == 0                # the sender still holds everything
+    g.E[4].logger._sync()                        # a sync: now it is durable
+    g.net.run(0.5)
+    assert g.E[1].node.acked == 300
+
+
+@pytest.mark.parametrize("fsync", ["interval", "always"])
+def test_logger_killed_mid_run_loses_nothing_it_acknowledged(tmp_path, fsync):
+    # The logger dies for real in the middle of a lossy stream: records it
+    # had not flushed are gone with its process (LogStore.abandon).  The
+    # sender let go only of what a sync covered, resends the rest to the
+    # restarted logger, and at the end the log holds every message.
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, fsync=fsync, loss=0.05, seed=11,
+              fsync_interval=0.02, logger_retx_timeout=0.1)
+    g.publish_stream(3000, per_tick=5)
+    g.net.run(0.3)
+    lg = g.E[4]
+    acked_at_crash = g.E[1].node.acked
+    logged_at_crash = lg.node.logged
+    assert 0 < acked_at_crash < 3000 and logged_at_crash > 0
+    g.net.crash(4)
+    lg.logger.log.abandon()
+    del g.E[4]
+    g.net.run(0.2)                               # the stream goes on without a logger
+    e = g.start(4)
+    recovered = e.logger.recovered.get((1, g.E[1].inc), 0)
+    assert recovered >= acked_at_crash           # everything acknowledged survived the kill
+    assert g.run_until_complete(timeout=20)
+    assert g.net.run_until_true(lambda net: g.E[1].node.acked == 3000, timeout=10)
+    assert all(e.logger.log.has(1, g.E[1].inc, q) for q in range(3000))
+    assert not g.duplicates() and not g.extras()
 
 
 def test_without_loggers_a_peers_gcnote_does_not_stop_repair_from_other_peers(tmp_path):

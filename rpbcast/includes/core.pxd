@@ -337,6 +337,7 @@ cdef extern from "logstore.h" nogil:
         uint64_t rec_records, rec_bad, rec_truncated_bytes
     int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit)
     void rp_log_close(rp_log_t *l)
+    void rp_log_abandon(rp_log_t *l)
     int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t label,
                       int64_t t, const uint8_t *payload, uint32_t plen)
     int rp_log_flush(rp_log_t *l)
