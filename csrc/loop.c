@@ -146,6 +146,15 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     l->sleep_until = 0;
     rp_node_t *n = l->node;
     int got = 0;
+    /* Kernel receive timestamps (SO_TIMESTAMPNS) are CLOCK_REALTIME; the
+     * engine's clock is CLOCK_MONOTONIC.  Move them onto the engine's
+     * timeline so timers, liveness and rx_time never mix the two. */
+    int64_t real_minus_mono = 0;
+    if ((l->socks[0] && l->socks[0]->timestamps) || (l->socks[1] && l->socks[1]->timestamps)) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        real_minus_mono = (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec - now;
+    }
     for (int k = 0; k < 2; k++) {
         if (!ready[k] || !l->socks[k])
             continue;
@@ -159,8 +168,13 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
                     l->n_dropped++;
                     continue;
                 }
-                rp_node_rx(n, l->rx.mem + l->rx.off[i], l->rx.len[i], l->rx.src[i],
-                           l->rx.ts[i] ? l->rx.ts[i] : now);
+                int64_t at = now;
+                if (l->rx.ts[i]) {
+                    at = l->rx.ts[i] - real_minus_mono;
+                    if (at > now)
+                        at = now;       /* the two clocks were read apart */
+                }
+                rp_node_rx(n, l->rx.mem + l->rx.off[i], l->rx.len[i], l->rx.src[i], at);
             }
             /* Control bodies point into the receive buffers: hand them over
              * before the next batch reuses them. */

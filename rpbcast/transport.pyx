@@ -331,6 +331,7 @@ cdef class Transport:
             "tx_gso_sends": self.uc.n_tx_gso, "tx_errors": self.uc.n_tx_errors,
             "gso": self.uc.gso, "gro": bool(self.uc.gro or (self.have_mrx and self.mrx.gro)),
             "rcvbuf": self.mrx.rcvbuf if self.have_mrx else self.uc.rcvbuf, "sndbuf": self.uc.sndbuf,
+            "timestamps": bool(self.uc.timestamps or (self.have_mrx and self.mrx.timestamps)),
         }
         d["loop"] = {"iterations": self.loop.n_iter, "wakeups": self.loop.n_wakeups,
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,

@@ -142,6 +142,28 @@ def test_unicast_with_in_process_loss():
         close_all(nodes)
 
 
+def test_kernel_receive_timestamps_are_on_the_engines_monotonic_clock():
+    # SO_TIMESTAMPNS gives CLOCK_REALTIME; the engine runs on
+    # CLOCK_MONOTONIC.  rx_time must be a monotonic receive moment, never
+    # a wall-clock one (they differ by decades).
+    nodes = group(2, transport="unicast", timestamps=True)
+    try:
+        assert nodes[2].transport.sock_info()["timestamps"]
+        t0 = time.monotonic_ns()
+        publish_n(nodes[1], 200)
+        got = []
+        end = time.time() + 10
+        while len(got) < 200 and time.time() < end:
+            m = nodes[2].receive(timeout=0.2)
+            if m is not None:
+                got.append(m.rx_time)
+        t1 = time.monotonic_ns()
+        assert len(got) == 200
+        assert all(t0 <= t <= t1 for t in got), (t0, min(got), max(got), t1)
+    finally:
+        close_all(nodes)
+
+
 def test_batch_api_and_gso():
     nodes = group(2, transport="unicast")
     try:
