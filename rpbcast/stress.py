@@ -59,6 +59,8 @@ def add_parsers(sub):
     p.add_argument("--gsgc-b", type=int, default=1, help="GSGC gossip sub-group size b")
     p.add_argument("--kill-receiver", type=float, default=None, metavar="SECONDS",
                    help="SIGKILL the first receiver this long after the start and restart it")
+    p.add_argument("--restart-after", type=float, default=0.2, metavar="SECONDS",
+                   help="with --kill-receiver: restart it this long after the kill")
     p.add_argument("--no-restart", action="store_true",
                    help="with --kill-receiver: leave it dead (others must declare it failed)")
     p.add_argument("--run-dir", default=None, help="where to write run.json, counters and traces")
@@ -162,6 +164,7 @@ def main(args):
     ns = netns.create() if use_ns else None
     events = queue.Queue()
     procs = {}
+    meta = None                 # run.json, once the run has one
     t_start = time.time()
     try:
         if ns and args.loss:
@@ -226,6 +229,7 @@ def main(args):
         sent = {}
         complete = set()
         killed = False
+        restart_at = None           # when the killed receiver comes back
         expect_sent = False
         tty = sys.stderr.isatty() and not args.quiet
         last_draw = 0
@@ -266,8 +270,10 @@ def main(args):
                     dead.add(victim)
                     del procs[victim]
                 else:
-                    time.sleep(0.2)
-                    spawn(victim, "receiver", {"restarted": True})
+                    restart_at = time.monotonic_ns() + int(args.restart_after * 1e9)
+            if restart_at is not None and time.monotonic_ns() >= restart_at:
+                restart_at = None
+                spawn(receivers[0], "receiver", {"restarted": True})
             if len(sent) == len(senders) and not expect_sent:
                 expect = {f"{i}/{sent[i]['inc']}": sent[i]["count"] for i in senders}
                 latest = {f"{i}/{sent[i]['inc']}": sent[i].get("latest") for i in senders}
@@ -277,7 +283,8 @@ def main(args):
                 expect_sent = True
                 send_end = now
                 wait_deadline = now + args.timeout
-            if expect_sent and killed and receivers[0] in procs and receivers[0] not in complete and not dead:
+            if (expect_sent and killed and restart_at is None and receivers[0] in procs
+                    and receivers[0] not in complete and not dead):
                 # a restarted receiver needs the expectation too
                 procs[receivers[0]].send(cmd="expect", counts=expect, latest=latest)
             if expect_sent and complete >= set(receivers) - dead:
@@ -314,9 +321,17 @@ def main(args):
         if args.gsgc:
             summary["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
         summary["run_dir"] = run_dir
+        # Who must deliver what (the analysis pipeline's exactly-once check):
+        # every receiver, every sender's stream; senders do not deliver.  A
+        # killed receiver is left out: its first life's trace died with it
+        # (and what it delivered after its last checkpoint it delivers again).
+        victims = sorted(dead | ({receivers[0]} if killed else set()))
+        verified = [r for r in receivers if r not in victims]
         meta = {"run_id": run_id, "kind": "stress", "protocol": "rpbcast", "clock": "monotonic",
                 "nodes": [{"id": i, "role": "logger" if i in loggers else "member", "addr": addrs[i]} for i in addrs],
                 "senders": senders, "params": vars(args) | {"transport": transport, "loss_model": loss_model},
+                "members_at_send": {str(s): verified for s in senders},
+                "unverified_receivers": victims,
                 "summary": summary}
         meta["params"].pop("func", None)
         from rpbcast.tracefile import write_run_json
@@ -342,8 +357,16 @@ def main(args):
                 p.kill()
         if ns:
             netns.delete(ns)
-        if not args.run_dir:
+        if args.trace and meta is not None:
+            from rpbcast.tracefile import quarantine_broken, write_run_json
+            broken = quarantine_broken(run_dir)
+            if broken:
+                meta["trace_incomplete"] = broken
+                write_run_json(run_dir, meta)
+        if not args.run_dir and not args.trace:
             shutil.rmtree(run_dir, ignore_errors=True)
+        elif args.trace and not args.quiet:
+            print(f"traces in {run_dir}: rpbcast analyze {run_dir}", file=sys.stderr)
 
 
 def gsgc_brief(st):

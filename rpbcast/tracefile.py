@@ -54,7 +54,12 @@ class TraceWriter:
         self.pa, self.pq = pa, pq
         self.dir = os.path.join(run_dir, "traces", f"run={run_id}", f"node={node_id}")
         os.makedirs(self.dir, exist_ok=True)
-        self.path = os.path.join(self.dir, "part-00000.parquet")
+        # A restarted node (a new process, same run) writes the next part
+        # file and never overwrites its earlier life's events.
+        k = 0
+        while any(os.path.exists(os.path.join(self.dir, f"part-{k:05d}{ext}")) for ext in (".parquet", ".parquet.broken")):
+            k += 1
+        self.path = os.path.join(self.dir, f"part-{k:05d}.parquet")
         self.rows_per_group = rows_per_group
         self.addr_to_node = addr_to_node or {}
         self._cols = []
@@ -113,6 +118,25 @@ class TraceWriter:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def quarantine_broken(run_dir: str) -> list:
+    """Rename trace files that cannot be read (a process killed while
+    writing one leaves it without its Parquet footer) to *.broken, so
+    readers skip them; returns their paths relative to run_dir."""
+    _, pq = _pyarrow()
+    bad = []
+    for root, _, files in os.walk(os.path.join(run_dir, "traces")):
+        for f in sorted(files):
+            if not f.endswith(".parquet"):
+                continue
+            path = os.path.join(root, f)
+            try:
+                pq.ParquetFile(path)
+            except Exception:
+                os.replace(path, path + ".broken")
+                bad.append(os.path.relpath(path, run_dir))
+    return bad
 
 
 def write_run_json(run_dir: str, meta: dict):

@@ -477,6 +477,59 @@ def test_real_protocol_trace_from_the_engine(spark, tmp_path):
     assert sum(x["rtx_served"] for x in nodes) >= res["repairs_peer"]
 
 
+@pytest.mark.parametrize("extra", [[], ["--kill-receiver", "0.6"]], ids=["plain", "killed-receiver"])
+def test_stress_traces_verify_exactly_once(spark, tmp_path, extra):
+    """The real thing end to end: `rpbcast stress --trace` (separate
+    processes, real sockets, loss) and then the Spark verifier on its
+    traces.  Two senders, so every node both sends and receives ids it must
+    not be expected to deliver; with a receiver killed mid-run its first
+    life's trace is quarantined and it is left out of the check."""
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet", "--trace",
+                        "--run-dir", str(run), "--senders", "2", "--receivers", "2", "--loggers", "1",
+                        "--rate", "3000", "--duration", "1.5", "--loss", "0.02", *extra],
+                       capture_output=True, text=True, timeout=240)
+    summary = json.loads(r.stdout)
+    assert r.returncode == 0 and summary["exactly_once"], (summary.get("problems"), r.stderr[-2000:])
+    meta = json.load(open(run / "run.json"))
+    assert set(meta["members_at_send"]) == {str(x) for x in meta["senders"]}
+    rows, s = verify_only(spark, str(run))
+    verified = meta["members_at_send"][str(meta["senders"][0])]
+    # nothing but (for the killed receiver) information: its deliveries lie
+    # outside the receivers the check covers
+    assert [r for r in rows if r[0] in verify.VIOLATIONS] == []
+    assert {r[1] for r in rows} <= set(meta.get("unverified_receivers", []))
+    assert bool(rows) == bool(extra)
+    assert s["messages_sent"] == summary["sent"]
+    assert s["deliveries"] - s["outside"] == s["expected_deliveries"] == summary["sent"] * len(verified)
+    if extra:
+        assert meta["unverified_receivers"] and len(verified) == 1
+
+
+def test_trace_writer_never_overwrites_an_earlier_life_and_broken_files_are_quarantined(tmp_path):
+    """A restarted node writes the next part file; a file left without its
+    footer by a killed writer is renamed so Spark does not choke on it."""
+    pytest.importorskip("pyarrow")
+    from rpbcast.tracefile import TraceWriter, quarantine_broken
+    cols = {k: np.arange(5, dtype=np.int64) for k in ("t_ns", "sender", "inc", "seq", "peer")}
+    cols.update(event=np.zeros(5, np.int8), size=np.zeros(5, np.int32), aux=np.zeros(5, np.int32))
+    paths = []
+    for life in range(2):
+        w = TraceWriter(str(tmp_path), "r1", 7)
+        w.add(cols)
+        w.close()
+        paths.append(w.path)
+    assert len(set(paths)) == 2 and all(read_parquet(p) for p in paths)
+    w = TraceWriter(str(tmp_path), "r1", 7, rows_per_group=4)
+    w.add(cols)                                   # a row group written, no footer yet
+    assert w.path not in paths and os.path.getsize(w.path) > 0
+    broken = quarantine_broken(str(tmp_path))     # as if its process had been killed here
+    assert broken == [os.path.relpath(w.path, tmp_path)]
+    assert os.path.exists(w.path + ".broken") and all(os.path.exists(p) for p in paths)
+    w2 = TraceWriter(str(tmp_path), "r1", 7)
+    assert w2.path not in paths + [w.path]
+
+
 # -- without the extra ------------------------------------------------------------------
 
 BLOCK = textwrap.dedent("""
