@@ -28,6 +28,10 @@ from rpbcast.transport import SocketError, Transport
 
 NOLABEL = 0xFFFFFFFFFFFFFFFF
 EPOCH_2024 = 1704067200
+# receive(): messages fetched per refill, into a buffer of this many bytes
+# (a refill stops early when the buffer is full; the rest waits)
+RECEIVE_BATCH = 1024
+RECEIVE_BUF = 1 << 20
 
 
 class Message(NamedTuple):
@@ -218,7 +222,12 @@ class Node:
                 lab = int(b.labels[i])
                 return Message(int(b.senders[i]), int(b.incs[i]), int(b.seqs[i]),
                                None if lab == NOLABEL else lab, b.payload(i), int(b.rx_times[i]))
-            self._batch = self.recv_batch(4096, bytearray(len(self._buf)))
+            # A fresh buffer per batch: payloads handed out earlier are
+            # memoryviews into the previous one and must stay valid.  A
+            # batch that came back empty handed nothing out: reuse it.
+            prev = self._batch
+            buf = prev.buf if prev is not None and prev.count == 0 else bytearray(RECEIVE_BUF)
+            self._batch = self.recv_batch(RECEIVE_BATCH, buf)
             self._bi = 0
             if self._batch.count:
                 continue

@@ -37,9 +37,8 @@ def _config(args, **over):
     from rpbcast.config import Config, ConfigError, MemberSpec
     d = {}
     if args.config:
-        import tomllib
-        with open(args.config, "rb") as f:
-            raw = tomllib.load(f)
+        from rpbcast.config import read_toml
+        raw = read_toml(args.config)
         d = dict(raw.get("rpbcast", raw))
     for key in ("node_id", "bind", "group_addr", "interface", "transport"):
         v = getattr(args, key, None)

@@ -218,10 +218,18 @@ class Config:
 
     @classmethod
     def from_toml(cls, path) -> "Config":
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = read_toml(path)
         return cls.from_dict(data.get("rpbcast", data))
+
+
+def read_toml(path) -> dict:
+    """A TOML file as a dict (tomllib; its backport tomli on Python 3.10)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    with open(path, "rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
