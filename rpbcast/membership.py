@@ -74,6 +74,9 @@ class MemberTable:
         self._sig = Signature(MEMBERSHIP_SEED)
         self.version = 0            # bumps on every change (cheap cache key)
         self._live_cache = None
+        # on_status(member): a member appeared or changed status (the engine
+        # records it as a trace event)
+        self.on_status = None
 
     # -- signature ---------------------------------------------------------
     def _resign(self, m: Member):
@@ -139,6 +142,8 @@ class MemberTable:
                 m.rank = cur.rank
         self.members[m.node_id] = m
         self._resign(m)
+        if self.on_status is not None and (cur is None or cur.status != m.status or cur.inc != m.inc):
+            self.on_status(m)
         return True
 
     def set_status(self, node_id: int, status: int):
@@ -146,6 +151,8 @@ class MemberTable:
         if m is not None and m.status != status:
             m.status = status
             self._resign(m)
+            if self.on_status is not None:
+                self.on_status(m)
 
     def heard(self, node_id: int, now: int):
         m = self.members.get(node_id)
