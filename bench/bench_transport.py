@@ -44,7 +44,9 @@ def blaster(exe, size, count, nrecv, gso):
         for r in recvs:
             r.stdout.readline()                      # {"ready": true}
         time.sleep(0.2)
-        subprocess.run(netns.exec_argv(ns, [exe, "send", grp, str(size), str(count), "64" if gso else "1"]),
+        # GSO: up to 64 segments, and the whole super-datagram within 64 KiB
+        segs = min(64, 65000 // (size + 64)) if gso else 1
+        subprocess.run(netns.exec_argv(ns, [exe, "send", grp, str(size), str(count), str(segs)]),
                        check=True, capture_output=True)
         rates = []
         for r in recvs:
@@ -71,13 +73,19 @@ def main():
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="64 B, 1 receiver only")
+    ap.add_argument("--sizes", default="64,1024", help="payload sizes to measure (comma-separated)")
+    ap.add_argument("--recvs", default="1,2", help="receiver counts to measure (comma-separated)")
+    ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--no-throughput", action="store_true")
     a = ap.parse_args()
     if not netns.available():
         sys.exit("bench_transport needs root (network namespaces)")
     tmp = tempfile.mkdtemp()
     exe = build_blaster(tmp)
-    sizes = [64] if a.quick else [64, 1024]
-    recvs = [1] if a.quick else [1, 2]
+    sizes = [64] if a.quick else [int(x) for x in a.sizes.split(",")]
+    recvs = [1] if a.quick else [int(x) for x in a.recvs.split(",")]
+    if a.no_throughput:
+        sizes = []
     results = {"machine": machine(), "throughput": [], "latency": []}
     for size in sizes:
         for nrecv in recvs:
@@ -101,7 +109,7 @@ def main():
                            "gaps": median([s["gaps"] for s in runs])}
                     results["throughput"].append(row)
                     print(json.dumps(row), flush=True)
-    for rate in (10_000, 100_000):
+    for rate in (() if a.no_latency else (10_000, 100_000)):
         for loss in (0.0, 0.01):
             runs = [stress("--rate", str(rate), "--receivers", "1", "--loggers", "0", "--duration", str(a.duration),
                            "--loss", str(loss)) for _ in range(a.reps)]
