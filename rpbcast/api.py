@@ -140,6 +140,8 @@ class Node:
             self.engine.node.enable_trace(trace)
         for x in extensions:
             self.engine.add_extension(x)
+        if cfg.conflate:
+            self.engine.node.set_conflate(cfg.conflate)
         try:
             self.transport = Transport(
                 self.engine, group_ip=gip, group_port=gport, bind_ip=bip, bind_port=bport,
@@ -298,6 +300,30 @@ class Node:
             self.transport.unlock()
 
     # ---- state ----------------------------------------------------------
+    # ---- conflation (latest value per label) ----------------------------
+    def latest(self, label: int, sender: Optional[int] = None):
+        """The newest value of ``label`` -- from ``sender``, or the newest over
+        all senders -- as (sender, inc, seq, payload bytes, rx time), or None.
+        Needs ``Config.conflate``; obsolete values are never walked."""
+        if not self.config.conflate:
+            raise ValueError("conflation is off: set Config.conflate = 1 (or 2)")
+        self.transport.lock()
+        try:
+            return self.engine.node.latest(label, sender)
+        finally:
+            self.transport.unlock()
+
+    def snapshot(self) -> dict:
+        """{(sender, label): (inc, seq, payload bytes)}: the latest value of
+        every label seen (Config.conflate)."""
+        if not self.config.conflate:
+            raise ValueError("conflation is off: set Config.conflate = 1 (or 2)")
+        self.transport.lock()
+        try:
+            return self.engine.node.snapshot()
+        finally:
+            self.transport.unlock()
+
     def extension_state(self, cls):
         """state() of the first extension of this class (under the node lock)."""
         self.transport.lock()

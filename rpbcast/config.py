@@ -112,6 +112,10 @@ class Config:
     srb_window: int = 0                   # sender window w; 0 = off
     srb_f: int = 1                        # safe = received by more than f members
     srb_report_interval: float = 0.01     # receivers report their frontiers to senders this often
+    # conflation for consumers: 1 keeps the latest value per (sender, label)
+    # readable with Node.latest()/snapshot() as well as delivering; 2 also
+    # stops queueing labelled messages for delivery (read them only there)
+    conflate: int = 0
 
     # application hook: is a missing (sender, inc, lo, hi) still wanted?
     want: Optional[Callable] = None
@@ -174,6 +178,7 @@ class Config:
         need(self.ack_loggers >= 1, "ack_loggers must be at least 1")
         need(0 <= self.srb_window <= 1 << 24, f"srb_window must be in 0..2**24, got {self.srb_window}")
         need(self.srb_f >= 0, "srb_f must be >= 0")
+        need(self.conflate in (0, 1, 2), f"conflate must be 0 (off), 1 or 2, got {self.conflate!r}")
         need(self.max_gap >= 1, "max_gap must be >= 1")
         need(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")

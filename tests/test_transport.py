@@ -164,6 +164,34 @@ def test_kernel_receive_timestamps_are_on_the_engines_monotonic_clock():
         close_all(nodes)
 
 
+def test_conflation_latest_value_per_label_on_real_sockets():
+    nodes = group(2, transport="unicast", conflate=2)
+    try:
+        for k in range(300):
+            nodes[1].publish(b"AAPL %d" % k, label=7)
+            nodes[1].publish(b"MSFT %d" % k, label=9)
+        nodes[1].publish(b"news")                        # unlabelled: delivered as usual
+        m = nodes[2].receive(timeout=5)
+        assert m is not None and bytes(m.payload) == b"news" and m.label is None
+        end = time.time() + 5
+        while time.time() < end and (nodes[2].latest(7) or (0, 0, -1))[2] != 598:
+            time.sleep(0.01)
+        sender, inc, seq, payload, t = nodes[2].latest(7, sender=1)
+        assert (sender, seq, payload) == (1, 598, b"AAPL 299")
+        assert nodes[2].latest(9)[3] == b"MSFT 299" and nodes[2].latest(8) is None
+        snap = nodes[2].snapshot()
+        assert {k: v[2] for k, v in snap.items()} == {(1, 7): b"AAPL 299", (1, 9): b"MSFT 299"}
+        assert nodes[2].receive(timeout=0.2) is None     # labelled values were never queued
+    finally:
+        close_all(nodes)
+    plain = group(1, transport="unicast")
+    try:
+        with pytest.raises(ValueError, match="conflation is off"):
+            plain[1].latest(7)
+    finally:
+        close_all(plain)
+
+
 def test_batch_api_and_gso():
     nodes = group(2, transport="unicast")
     try:
