@@ -839,3 +839,21 @@ def test_logger_keeps_no_delivery_queue_and_infers_purges(tmp_path):
     assert not L.node.holds(1, 1, 0) and L.node.holds(1, 1, 1)
     assert L.node.peer_contiguous(slot) == g.E[1].node.next_seq
     assert not run.violations()
+
+
+def test_stock_workload_is_the_papers_access_pattern():
+    # FIFO-SRB §3.2: 875 items; 25 take 50 % of the updates, 100 take 40 %,
+    # 750 take 10 %, uniformly within a tier.  Deterministic in its seed.
+    import numpy as np
+    from rpbcast.workload import StockWorkload
+    n = 400_000
+    lab = StockWorkload(seed=5).labels(n).astype(np.int64)
+    assert np.array_equal(StockWorkload(seed=5).labels(n).astype(np.int64), lab)
+    assert StockWorkload(seed=5).items == 875 and lab.min() >= 0 and lab.max() <= 874
+    for lo, hi, share in ((0, 25, 0.50), (25, 125, 0.40), (125, 875, 0.10)):
+        got = np.count_nonzero((lab >= lo) & (lab < hi)) / n
+        assert abs(got - share) < 0.005, (lo, hi, got)
+        per = np.bincount(lab[(lab >= lo) & (lab < hi)] - lo, minlength=hi - lo)
+        expect = share * n / (hi - lo)
+        # uniform within the tier: every item within 5 sigma of its share
+        assert np.abs(per - expect).max() < 5 * np.sqrt(expect), (lo, hi, per.min(), per.max())
