@@ -9,7 +9,9 @@ OWN_RECV hook), so rpbcast is measured in the same run as JGroups, ZeroMQ
 Runs inside the harness's namespace (loopback multicast).  Receivers are
 nodes 100+rid on 127.0.0.1:17600+rid, the sender is node 1 on :17601; no
 logger (peers-only repair: the sender's buffer and the receivers' gossip
-buffers serve repairs), so the comparison is protocol against protocol.
+buffers serve repairs) with receiver-driven flow control (the sender never
+runs further ahead of the slowest receiver than its store holds), so the
+comparison is protocol against protocol.
 """
 import os
 import sys
@@ -21,6 +23,7 @@ import numpy as np  # noqa: E402
 
 from rpbcast import Config, MemberSpec  # noqa: E402
 from rpbcast.api import Node  # noqa: E402
+from rpbcast.stress_worker import count_seqs  # noqa: E402
 
 GROUP = "239.192.1.77:17500"
 MAX_RECEIVERS = 8
@@ -36,7 +39,7 @@ def config(node_id, port):
     return Config(node_id=node_id, bind=f"127.0.0.1:{port}", group_addr=GROUP, members=members(),
                   gossip_interval=0.01, gc_limit=300, gossip_buffer_bytes=256 << 20,
                   store_bytes=512 << 20, store_entries=1 << 22, rcvbuf=32 << 20, sndbuf=32 << 20,
-                  idle_after=0.002, member_timeout=3600)
+                  idle_after=0.002, member_timeout=3600, flow_control="receivers")
 
 
 def recv(count, idle_ms, max_wait_ms, rid):
@@ -65,7 +68,7 @@ def recv(count, idle_ms, max_wait_ms, rid):
         ok = q < count
         bad += int((~ok).sum())
         q = q[ok]
-        np.add.at(seen, q, 1)
+        count_seqs(seen, q)
         got += b.count
         nbytes += int(b.lens.sum())
         if t_warm is None and got >= warm_n:
