@@ -201,3 +201,56 @@ def test_a_logger_that_sends_logs_its_own_messages_and_serves_them_from_the_log(
     assert lg.node.counters()["served_from_log"] == 1         # read back from disk
     # asked for its own stream, the logger did not start pulling it
     assert all(pid != 4 for _, pid, _ in lg.node.peer_ids())
+
+
+def test_late_joiner_with_catch_up_gets_the_history_from_the_logger(tmp_path):
+    # §5.3 join through sponsors, with catch_up: the joiner answers for the
+    # whole stream, not only what follows its join time, and what the
+    # peers' gossip buffers no longer hold comes from the logger's log.
+    from rpbcast.config import Config
+    from rpbcast.membership import MEMBER
+    g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, gc_limit=3, log_min_keep=0)
+    g.publish_stream(200, per_tick=10)
+    assert g.run_until_complete(timeout=5)
+    g.net.run(0.5)                                # gossip buffers have let go of it
+    assert not g.E[2].node.holds(1, g.E[1].inc, 0)
+    e = g.net.add(Config(node_id=9, incarnation=1, join=True, sponsors=2, catch_up=True,
+                         gossip_interval=0.05, gc_limit=3, members=[], addr=9))
+    assert g.net.run_until_true(lambda net: e.status == MEMBER, timeout=2)
+    g.publish_stream(50, per_tick=5)
+    got = collections.Counter()
+
+    def done(net):
+        for d in e.recv(now=net.now):
+            got[d.seq] += 1
+        return set(got) >= set(range(250))
+
+    assert g.net.run_until_true(done, timeout=10)
+    assert max(got.values()) == 1
+    assert e.counters()["repairs_logger"] >= 190      # the history came from the log
+
+
+def test_two_loggers_both_hold_a_message_before_it_leaves_the_send_buffer(tmp_path):
+    # ack_loggers = 2: a message leaves the sender's buffer only once both
+    # loggers logged it; then either one alone can serve every repair.
+    g = Group(5, senders=[1], loggers=[4, 5], tmp_path=tmp_path, ack_loggers=2, fsync="never",
+              gc_limit=3, log_min_keep=0)
+    g.net.drop_filter = lambda src, dst, data: dst == 5 and g.net.now < g.net_t_cut
+    g.net_t_cut = g.net.now + int(0.5 * NS)           # logger 5 hears nothing for 0.5 s
+    g.publish_stream(200, per_tick=10)
+    g.net.run(0.4)
+    assert g.E[4].node.logged == 200 and g.E[5].node.logged == 0
+    assert g.E[1].node.acked == 0                     # one logger is not enough
+    assert g.run_until_complete(timeout=5)
+    assert g.net.run_until_true(lambda net: g.E[1].node.acked == 200, timeout=5)
+    assert g.E[5].node.logged == 200                  # it got them resent
+    # logger 4 dies; a new receiver's history is served by logger 5 alone
+    g.net.crash(4)
+    from rpbcast.config import Config, MemberSpec
+    late = g.net.add(Config(node_id=7, incarnation=1, members=g.specs + [MemberSpec(7, 7)], catch_up=True,
+                            gossip_interval=0.05))
+    slot = late.node.peer(1, g.E[1].inc, 0)
+    late.node.heartbeat(slot, 199, False, g.net.now)
+    assert g.net.run_until_true(lambda net: late.node.peer_missing_count(slot) == 0, timeout=10)
+    assert {d.seq for d in late.recv(now=g.net.now)} == set(range(200))
+    assert g.E[5].node.counters()["served_from_log"] > 0 and g.E[4].node.counters()["served_from_log"] == 0
