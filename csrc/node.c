@@ -995,18 +995,20 @@ uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below) {
             below = p->st.next;
     }
     uint64_t k = 0;
-    uint32_t holds = RP_MS_GOSSIP | (slot == RP_SELF_SLOT ? RP_MS_SEND : 0);
+    /* Only the gossip hold.  A send hold waits for what it was taken for: a
+     * logger's acknowledgment (which covers only synced records) or every
+     * receiver's report (flow control).  Stability is no substitute: a
+     * logger counts in S with what it has received, not what it has
+     * synced, and a slow logger falsely declared failed leaves S at once. */
     for (uint64_t s = *from; s < below; s++) {
         int64_t t = rp_mstore_find(&n->store, slot, s);
         if (t >= 0) {
-            rp_mstore_release(&n->store, (uint64_t)t, holds);
+            rp_mstore_release(&n->store, (uint64_t)t, RP_MS_GOSSIP);
             k++;
         }
     }
     if (below > *from)
         *from = below;
-    if (slot == RP_SELF_SLOT && below > n->acked)
-        n->acked = below;       /* stable implies nobody (logger included) needs it */
     return k;
 }
 

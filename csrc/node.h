@@ -244,8 +244,9 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
 
 /* Stability (GSGC): every seq < below of `slot` (RP_SELF_SLOT: our own
  * stream) has reached every live member.  Drops those messages' gossip-
- * buffer hold and, for our own stream, the send-buffer hold: nobody can need
- * them any more.  Returns entries released. */
+ * buffer hold (for our own stream that is the whole send buffer unless a
+ * logger or flow control holds it: those holds wait for their own
+ * acknowledgments).  Returns entries released. */
 uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below);
 
 /* ---- FIFO-SRB ---------------------------------------------------------- */

@@ -277,6 +277,10 @@ class GsgcConfig:
     k_factor: float = 2.0           # c in K = c * D + 2
     k_min: int = 6
     k_measured: bool = True         # K >= 1.5 x p99 of observed staleness of live members
+    fail_after: float = 1.0         # and K >= this many seconds of steps: a member silent for
+                                    # less is never declared failed (an overloaded logger's
+                                    # timers ran 0.5 s late; K = 9 steps of 20 ms called it
+                                    # failed and recovered a dozen times a second)
     quorum: float = 0.5             # failures are declared only while > quorum * n stay alive
     admission: str = "window"       # joins (§3.3): window | execution | immediate
     admission_window: Optional[float] = None   # seconds after a round start; None: 2 steps
@@ -302,6 +306,8 @@ class GsgcConfig:
             raise ValueError(f"admission must be one of {ADMISSIONS}, got {self.admission!r}")
         if not 0 <= self.quorum < 1:
             raise ValueError("quorum must be in [0, 1)")
+        if self.fail_after < 0:
+            raise ValueError("fail_after must be >= 0 seconds")
         if self.K is not None and not 1 <= self.K <= L_MAX:
             raise ValueError(f"K must be in 1..{L_MAX} (LIVE counters are one byte)")
         if self.controllers < 1:
@@ -456,6 +462,9 @@ class GsgcExtension(Extension):
             if cfg.age_limit is None:
                 n = max(len(ecfg.members), 2)
                 k = cfg.K or k_threshold(n, cfg.b, cfg.k_factor, cfg.k_min)
+                step_s = cfg.step if cfg.step is not None else ecfg.gossip_interval
+                if cfg.K is None and cfg.fail_after:
+                    k = min(L_MAX, max(k, math.ceil(cfg.fail_after / step_s)))
                 ratio = (cfg.step / ecfg.gossip_interval) if cfg.step is not None else 1.0
                 limit = max(ecfg.gc_limit, math.ceil((2 * k + 16) * ratio))
             else:
@@ -671,7 +680,12 @@ class GsgcExtension(Extension):
         if self.cfg.k_measured and len(layer.stale) >= 16:
             q = float(np.percentile(np.asarray(layer.stale), 99))
             k = max(k, math.ceil(1.5 * q))
+        k = max(k, self._k_floor())
         return int(min(L_MAX, k))
+
+    def _k_floor(self):
+        """Steps in fail_after seconds."""
+        return math.ceil(self.cfg.fail_after * NS / max(self._step_len(), 1)) if self.cfg.fail_after else 0
 
     # ------------------------------------------------------------------ steps
     def get_timer(self):

@@ -224,12 +224,13 @@ def main(args):
         for i in senders:
             procs[i].send(cmd="start", at=at)
         progress = {i: 0 for i in senders + receivers}
-        buffer_peaks, buffer_last = {}, {}
+        buffer_peaks, buffer_last, buffer_series = {}, {}, {}
         dead = set()
         sent = {}
         complete = set()
         killed = False
         restart_at = None           # when the killed receiver comes back
+        kill_t = None
         expect_sent = False
         tty = sys.stderr.isatty() and not args.quiet
         last_draw = 0
@@ -251,6 +252,9 @@ def main(args):
                         for k, v in b.items():
                             peak[k] = max(peak.get(k, 0), v)
                         buffer_last[ev["id"]] = b
+                        # the memory-bounded evidence over time: (s since start, stored messages)
+                        buffer_series.setdefault(ev["id"], []).append(
+                            (round(now - t_start, 2), b.get("store_entries", 0)))
                 elif kind == "sent":
                     sent[ev["id"]] = ev
                 elif kind == "complete":
@@ -266,6 +270,7 @@ def main(args):
                 victim = receivers[0]
                 procs[victim].kill()
                 killed = True
+                kill_t = time.time()
                 if args.no_restart:
                     dead.add(victim)
                     del procs[victim]
@@ -318,6 +323,8 @@ def main(args):
         summary["dead_receivers"] = sorted(dead)
         summary["buffer_peaks"] = buffer_peaks
         summary["buffer_end"] = buffer_last
+        summary["buffer_series"] = buffer_series
+        summary["kill_at_s"] = round(kill_t - t_start, 2) if kill_t else None
         if args.gsgc:
             summary["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
         summary["run_dir"] = run_dir
@@ -374,7 +381,7 @@ def gsgc_brief(st):
         return None
     tts = st.get("tts") or st.get("time_to_stable") or {}
     return {"rounds": st.get("rounds_completed", st.get("rounds")), "time_to_stable": tts,
-            "failed": st.get("failed"), "K": st.get("K")}
+            "failed": st.get("failed"), "K": st.get("K"), "events": (st.get("events") or [])[-20:]}
 
 
 def draw(progress, senders, receivers, sent, elapsed):
