@@ -79,3 +79,23 @@ def test_gsgc_with_a_restarted_receiver_stays_exactly_once(tmp_path):
     rc, s = stress("--receivers", "2", "--loggers", "1", "--rate", "30000", "--duration", "3", "--gsgc",
                    "--kill-receiver", "0.8", tmp_path=tmp_path)
     assert rc == 0 and s["exactly_once"], s["problems"]
+
+
+@pytest.mark.netns
+def test_slow_receiver_with_fifo_srb_converges_with_bounded_memory(tmp_path):
+    # FIFO-SRB on real sockets: the first receiver's application reads at
+    # a tenth of the send rate.  The group is not slowed, everyone ends with
+    # the latest value of every item in FIFO order, and the slow receiver's
+    # memory stays bounded (what reliable delivery would have queued for it
+    # is far larger).
+    rc, s = stress("--receivers", "3", "--loggers", "0", "--labels", "stock", "--srb-window", "1024",
+                   "--slow-receiver", "3000", "--rate", "30000", "--duration", "3", tmp_path=tmp_path)
+    assert rc == 0 and s["exactly_once"], s["problems"]          # the semantic check: FIFO, latest values
+    slow = str(min(int(i) for i in s["per_receiver_rate"]))
+    assert s["send_rate"] > 0.9 * 30000
+    for i, r in s["per_receiver_receive_rate"].items():
+        assert r > 0.9 * s["send_rate"], (i, r)                  # every node keeps taking the stream in
+    assert s["per_receiver_rate"][slow] < 0.3 * s["send_rate"]    # ... its application is slow
+    assert s["per_receiver_purged"][slow] > 0.5 * s["sent"]       # ... and skips obsolete values
+    backlog = s["sent"] - 3000 * 4                                # what reliable delivery would queue
+    assert s["buffer_peaks"][slow]["store_entries"] < 0.6 * backlog, (s["buffer_peaks"][slow], backlog)
