@@ -38,7 +38,10 @@ def ext(name):
 
 
 setup(
-    libraries=[("rpbcore", {"sources": CSRC, "include_dirs": ["csrc"], "cflags": CFLAGS})],
+    # obj_deps "": every object depends on every header, so an edit to an
+    # inline function in a header (trace.h, rp_common.h) rebuilds the core.
+    libraries=[("rpbcore", {"sources": CSRC, "include_dirs": ["csrc"], "cflags": CFLAGS,
+                            "obj_deps": {"": sorted(glob.glob("csrc/*.h"))}})],
     ext_modules=cythonize(
         [ext(m) for m in MODULES],
         compiler_directives={"language_level": "3", "embedsignature": True},

@@ -10,7 +10,9 @@ and the Parquet writer's throughput.
    `reps` calls per round); ratio = on / off.  Each message records two
    events (recv, deliver), plus one per gap, into the default 64 Ki-event
    buffer, drained into NumPy columns (take_trace) after every batch, as a
-   writer does.
+   writer does.  Events of consecutive ids that share everything else
+   (a batch shares its time) extend one row (csrc/trace.h); the rows per
+   message are reported too.
 2. TraceWriter: events/s from NumPy columns (as take_trace() returns them)
    into zstd Parquet row groups on local disk, and bytes per event.
 """
@@ -52,11 +54,18 @@ def rx_case(buf, offs, lens, srcs, n, trace, drain=True, chunk=1024):
                 got += k
             if drain:
                 t = r.take_trace()
-                events += len(t["t_ns"]) if t else 0
+                if t:
+                    events += int(t["count"].sum())     # a row stands for `count` ids
+                    rows[0] += len(t["t_ns"])
         assert got == n
         if trace:
             assert r.counters()["trace_dropped"] == 0
             assert not drain or events >= 2 * n
+            runs.append(rows[0] / n)
+            rows[0] = 0
+    runs = []
+    rows = [0]
+    case.rows_per_msg = runs
     return case
 
 
@@ -111,8 +120,9 @@ def main():
         for label, keep in (("in order", np.ones(N, bool)), ("1% loss", rng.random(N) >= 0.01)):
             buf, offs, lens, srcs, n = datagrams(size, keep)
             off = rx_case(buf, offs, lens, srcs, n, trace=False)
-            res.append(compare(f"rx+deliver {size} B, {label}: trace on", rx_case(buf, offs, lens, srcs, n, True),
-                               off, n, rounds=a.rounds, reps=3))
+            on = rx_case(buf, offs, lens, srcs, n, True)
+            res.append(compare(f"rx+deliver {size} B, {label}: trace on", on, off, n, rounds=a.rounds, reps=3))
+            res[-1]["trace_rows_per_msg"] = round(statistics.median(on.rows_per_msg), 4)
     report(res, "bench_trace (receive path, tracing on vs off; baseline = tracing off)")
     w = writer_throughput(a.writer_events)
     print(f"  {w['name']:<44} {w['events_per_s']:>12,} events/s  (min {w['min_events_per_s']:,}; "

@@ -12,10 +12,11 @@ int rp_trace_init(rp_trace_t *tr, size_t cap) {
     tr->inc = (uint32_t *)malloc(cap * sizeof(uint32_t));
     tr->size = (uint32_t *)malloc(cap * sizeof(uint32_t));
     tr->aux = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    tr->count = (uint32_t *)malloc(cap * sizeof(uint32_t));
     tr->seq = (uint64_t *)malloc(cap * sizeof(uint64_t));
     tr->peer = (uint64_t *)malloc(cap * sizeof(uint64_t));
-    if (!tr->t || !tr->ev || !tr->sender || !tr->inc || !tr->size || !tr->aux || !tr->seq ||
-        !tr->peer) {
+    if (!tr->t || !tr->ev || !tr->sender || !tr->inc || !tr->size || !tr->aux || !tr->count ||
+        !tr->seq || !tr->peer) {
         rp_trace_free(tr);
         return RP_ENOMEM;
     }
@@ -25,6 +26,6 @@ int rp_trace_init(rp_trace_t *tr, size_t cap) {
 
 void rp_trace_free(rp_trace_t *tr) {
     free(tr->t); free(tr->ev); free(tr->sender); free(tr->inc);
-    free(tr->size); free(tr->aux); free(tr->seq); free(tr->peer);
+    free(tr->size); free(tr->aux); free(tr->count); free(tr->seq); free(tr->peer);
     memset(tr, 0, sizeof(*tr));
 }

@@ -659,7 +659,9 @@ cdef class Node:
         return bool(self.n.tracing)
 
     def take_trace(self):
-        """Recorded trace events as a dict of NumPy columns; clears them."""
+        """Recorded trace events as a dict of NumPy columns; clears them.  A
+        row stands for `count` consecutive ids seq .. seq + count - 1
+        (docs/traces.md)."""
         cdef size_t k = self.n.trace.n
         cdef rp_trace_t *tr = &self.n.trace
         if k == 0:
@@ -673,6 +675,7 @@ cdef class Node:
             "size": np.array(<uint32_t[:k]>tr.size, copy=True),
             "peer": np.array(<uint64_t[:k]>tr.peer, copy=True),
             "aux": np.array(<uint32_t[:k]>tr.aux, copy=True),
+            "count": np.array(<uint32_t[:k]>tr.count, copy=True),
         }
-        tr.n = 0
+        rp_trace_clear(tr)
         return d

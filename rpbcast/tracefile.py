@@ -42,6 +42,7 @@ def schema():
         ("size", pa.int32()),
         ("peer", pa.int64()),
         ("aux", pa.int32()),
+        ("count", pa.int32()),
     ])
 
 
@@ -100,6 +101,7 @@ class TraceWriter:
             pa.array(cols["size"].astype(np.int32)),
             pa.array(peer),
             pa.array(cols["aux"].astype(np.int32)),
+            pa.array(cols["count"].astype(np.int32) if "count" in cols else np.ones(len(cols["t_ns"]), np.int32)),
         ], schema=schema())
 
     def flush(self):

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Tuple
 # same way whatever the run ids look like (run=17 stays a string).
 COLUMNS = [("t_ns", "long"), ("event", "string"), ("sender", "long"), ("inc", "long"),
            ("seq", "long"), ("size", "int"), ("peer", "long"), ("aux", "int"),
-           ("run", "string"), ("node", "long")]
+           ("count", "int"), ("run", "string"), ("node", "long")]
 
 
 def spark_schema():
@@ -74,14 +74,38 @@ class Run:
                 out[int(m.group(1))] = json.load(f)
         return out
 
+    def has_runs(self) -> bool:
+        """True if some event stands for more than one id (count > 1), read
+        from the Parquet footers' statistics, without scanning the events."""
+        import pyarrow.parquet as pq
+        for f in self.trace_files():
+            md = pq.ParquetFile(f).metadata
+            names = [md.schema.column(i).name for i in range(md.num_columns)]
+            if "count" not in names:
+                continue
+            k = names.index("count")
+            for g in range(md.num_row_groups):
+                st = md.row_group(g).column(k).statistics
+                if st is None or not st.has_min_max or st.max > 1:
+                    return True
+        return False
+
     def trace_files(self) -> List[str]:
         return sorted(glob.glob(os.path.join(self.traces, f"run={self.run_id}", "node=*", "*.parquet")))
 
 
 def read_events(spark, run: Run):
-    """The run's events as a DataFrame (columns: COLUMNS)."""
+    """The run's events as a DataFrame, one row per id (columns: COLUMNS
+    without ``count``): an event recorded for a run of ``count``
+    consecutive ids is expanded here, with Spark's built-in sequence and
+    explode, so every job downstream sees one row per message event.
+    Traces without runs (or without the column) skip the expansion."""
     from pyspark.sql import functions as F
     if not run.trace_files():
         raise FileNotFoundError(f"{run.dir}: no trace files under traces/run={run.run_id}/")
     df = spark.read.schema(spark_schema()).parquet(run.traces)
-    return df.where(F.col("run") == F.lit(run.run_id))
+    df = df.where(F.col("run") == F.lit(run.run_id))
+    if run.has_runs():
+        n = F.coalesce(F.col("count"), F.lit(1)).cast("long")
+        df = df.withColumn("seq", F.explode(F.sequence(F.col("seq"), F.col("seq") + n - 1)))
+    return df.drop("count")

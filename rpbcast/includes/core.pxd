@@ -311,10 +311,12 @@ cdef extern from "trace.h" nogil:
         uint32_t *inc
         uint32_t *size
         uint32_t *aux
+        uint32_t *count
         uint64_t *seq
         uint64_t *peer
         uint64_t dropped
     int rp_trace_init(rp_trace_t *tr, size_t cap)
+    void rp_trace_clear(rp_trace_t *tr)
     void rp_trace(rp_trace_t *tr, int64_t t, uint8_t ev, uint32_t sender, uint32_t inc,
                   uint64_t seq, uint32_t size, uint64_t peer, uint32_t aux)
     void rp_trace_free(rp_trace_t *tr)
