@@ -214,6 +214,18 @@ class Node:
         k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf)
         return Batch(k, s, i, q, lab, t, off, ln, buf)
 
+    def poll(self, timeout: float = 0.0, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
+        """Drive the node from the calling thread and take what it delivers:
+        one loop iteration (receive, timers, send), waiting up to `timeout`
+        seconds for traffic, then recv_batch.  For a node built with
+        ``start=False`` (no loop thread): a message then reaches the
+        application with one thread wake-up instead of two, which is most of
+        the one-way latency on a busy machine (docs/performance.md)."""
+        if self.transport.threaded:
+            raise RuntimeError("poll() drives the node itself: build it with Node(config, start=False)")
+        self.transport.run_once(timeout)
+        return self.recv_batch(max_n, buf)
+
     def receive(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, waiting up to timeout seconds (None: forever)."""
         deadline = None if timeout is None else time.monotonic() + timeout

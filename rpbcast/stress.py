@@ -43,6 +43,11 @@ def add_parsers(sub):
     p.add_argument("--transport", choices=["auto", "multicast", "unicast"], default="auto",
                    help="auto: multicast in a namespace with root, unicast fan-out otherwise")
     p.add_argument("--no-gso", action="store_true", help="send one datagram per syscall entry (no UDP GSO)")
+    p.add_argument("--inline", action="store_true",
+                   help="receivers drive their node from the application thread (Node.poll): "
+                        "one thread wake-up per message instead of two")
+    p.add_argument("--busy-poll", action="store_true",
+                   help="receivers' loop threads spin instead of sleeping in epoll (latency; burns a core each)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
@@ -178,6 +183,8 @@ def main(args):
                    "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
                    "drop_rate": args.loss if (args.loss and not use_ns) else 0.0,
                    "flow_control": flow_control}
+            if role == "receiver" and args.busy_poll:
+                cfg["busy_poll"] = True
             if role == "logger":
                 cfg["log_dir"] = os.path.join(work, f"log{i}")
                 cfg["fsync"] = "interval"
@@ -186,6 +193,7 @@ def main(args):
                     "gsgc": args.gsgc, "gsgc_b": args.gsgc_b,
                     "slow": args.slow_receiver if (role == "receiver" and i == receivers[0]) else 0,
                     "duration": args.duration, "batch": args.batch, "run_dir": run_dir,
+                    "inline": bool(args.inline) and role == "receiver",
                     "run_id": run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
                     "addr_to_node": {str(k): v for k, v in addr_to_node.items()}}
             if role == "receiver":

@@ -338,8 +338,9 @@ def run_receiver(spec, cmds, tw_factory):
     tally.semantic = bool(spec.get("semantic"))
     slow = spec.get("slow", 0)
     from rpbcast.api import Node
+    inline = bool(spec.get("inline"))          # drive the loop from this thread (Node.poll)
     node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0),
-                extensions=extensions(spec))
+                extensions=extensions(spec), start=not inline)
     tw = tw_factory(node)
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
     buf = bytearray(64 << 20)
@@ -357,11 +358,19 @@ def run_receiver(spec, cmds, tw_factory):
             want = max(0, min(want, allowed))
             if not want:
                 time.sleep(0.001)
-        b = node.recv_batch(want, buf) if want else node.recv_batch(0, buf)
+        if inline:
+            b = node.poll(0.0 if want else 0.001, want, buf)
+        else:
+            b = node.recv_batch(want, buf) if want else node.recv_batch(0, buf)
         consumed += b.count
         now = time.monotonic_ns()
         if b.count:
             tally.add(b, now)
+        elif inline:
+            b = node.poll(0.01, want, buf)        # nothing yet: wait in the loop itself
+            if b.count:
+                tally.add(b, time.monotonic_ns())
+                consumed += b.count
         else:
             node.transport.wait(0.01)
         while not cmds.empty():
@@ -382,7 +391,7 @@ def run_receiver(spec, cmds, tw_factory):
             next_report = now + 250_000_000
     # drain what is left
     while True:
-        b = node.recv_batch(65536, buf)
+        b = node.poll(0.0, 65536, buf) if inline else node.recv_batch(65536, buf)
         if not b.count:
             break
         tally.add(b, time.monotonic_ns())

@@ -164,6 +164,11 @@ cdef class Transport:
         with nogil:
             rp_loop_run(&self.loop)
 
+    @property
+    def threaded(self):
+        """True once start() runs the loop in its own thread."""
+        return self.thread is not None
+
     def run_once(self, double max_wait=0.0):
         """One loop iteration in the calling thread (no loop thread)."""
         cdef int64_t w = <int64_t>(max_wait * 1e9)

@@ -192,6 +192,31 @@ def test_conflation_latest_value_per_label_on_real_sockets():
         close_all(plain)
 
 
+def test_poll_drives_a_node_from_the_application_thread():
+    # Node(start=False) has no loop thread; poll() runs one loop iteration
+    # in the caller's thread and returns what it delivered.
+    ports = {i: free_port() for i in (1, 2)}
+    specs = [MemberSpec(i, f"127.0.0.1:{p}") for i, p in ports.items()]
+    mk = lambda i, **kw: Node(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs,  # noqa: E731
+                                     transport="unicast", gossip_interval=0.02), **kw)
+    snd, rcv = mk(1), mk(2, start=False)
+    try:
+        publish_n(snd, 500)
+        got = set()
+        end = time.time() + 10
+        while len(got) < 500 and time.time() < end:
+            b = rcv.poll(0.01)
+            for i in range(b.count):
+                assert bytes(b.payload(i)) == b"m%d" % int(b.seqs[i])
+                got.add(int(b.seqs[i]))
+        assert got == set(range(500))
+        with pytest.raises(RuntimeError, match="start=False"):
+            snd.poll()
+    finally:
+        snd.close()
+        rcv.close()
+
+
 def test_batch_api_and_gso():
     nodes = group(2, transport="unicast")
     try:
