@@ -470,6 +470,22 @@ int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, i
     return r > 0 ? r : 0;
 }
 
+uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n->npeers; i++) {
+        rp_peer_t *p = n->peers[i];
+        if (!p || p->st.next <= p->st.base || p->last_heard == INT64_MIN)
+            continue;                       /* nothing received from it */
+        uint64_t top = p->st.next - 1;
+        if ((p->idle_seq != NONE && p->idle_seq >= top) || now - p->last_heard < silent_ns)
+            continue;
+        p->idle_seq = top;
+        rp_sigvec_set(&n->hbsig, p->slot + 1, p->id, p->inc, top);
+        k++;
+    }
+    return k;
+}
+
 static void rx_heartbeat(rp_node_t *n, const rp_msgview_t *m, int64_t now) {
     if (m->sender == n->id && m->inc == n->inc)
         return;

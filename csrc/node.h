@@ -196,6 +196,14 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src_addr, 
  * the sender announced it is idle at seq.  Returns ids newly missing. */
 int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now);
 
+/* Streams that have been silent here for at least silent_ns: their latest
+ * seq enters the heartbeat signature as if the sender had announced itself
+ * idle (§5.1).  A sender that crashed right after its last message never
+ * sends that idle heartbeat; without this a member that missed the message
+ * would never learn it exists, while one that has it could not tell.
+ * Returns the streams newly marked. */
+uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns);
+
 RP_INLINE void rp_node_ctl_clear(rp_node_t *n) { n->nctl = 0; }
 
 /* ---- send -------------------------------------------------------------- */

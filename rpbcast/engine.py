@@ -93,6 +93,7 @@ class Engine:
         # timers (absolute ns)
         gi = _ns(cfg.gossip_interval)
         self._gossip_ns = gi
+        self._idle_infer_ns = max(4 * _ns(cfg.idle_after), gi)
         self.next_gossip = now + self.rng.randrange(max(gi, 1))
         self.last_nack = -(1 << 62)
         self.next_nack: Optional[int] = None
@@ -324,7 +325,17 @@ class Engine:
     def _pick_target(self, now) -> Optional[Member]:
         c = self._targets(now)
         if not c:
-            return None
+            # Nobody we believe is up and reachable.  Our view may be stale:
+            # two members that each missed the other's reconnect (both
+            # DISCONNECTED in the other's table), with every third member
+            # crashed, would otherwise never talk again and never repair
+            # each other.  Probe a member we think is away: a gossip carries
+            # the membership signature, which sets both views right.
+            c = [m for m in self.members.entries()
+                 if m.node_id != self.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
+            if not c:
+                return None
+            return c[self.rng.randrange(len(c))]
         return choose(c, [m.rtt for m in c], self.cfg.selection, self.rng)
 
     def _missing_sections(self, phase, budget, mark=True, rotate=True, from_start=False, spans=None):
@@ -409,6 +420,11 @@ class Engine:
     def _gossip_round(self, now):
         node = self.node
         node.round(self.cfg.gc_limit, self.cfg.gossip_buffer_bytes)
+        # A stream silent here for a while is idle as far as we know, even
+        # without its idle heartbeat (its sender may have crashed right after
+        # its last message): its latest seq joins our signature, so a member
+        # that lacks it sees the signatures differ and pulls it (§5.1).
+        node.infer_idle(now, self._idle_infer_ns)
         node.clear_inflight()
         self._gossip_phase_timeout()
         for x in self.extensions:

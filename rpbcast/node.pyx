@@ -275,6 +275,11 @@ cdef class Node:
         rp_node_ctl_clear(&self.n)
         return out
 
+    def infer_idle(self, int64_t now, int64_t silent_ns):
+        """Streams silent here for silent_ns: their latest seq enters the
+        heartbeat signature as an idle entry.  Returns how many."""
+        return rp_node_infer_idle(&self.n, now, silent_ns)
+
     def heartbeat(self, uint32_t slot, uint64_t seq, bint idle, int64_t now):
         cdef int64_t r = rp_node_heartbeat(&self.n, slot, seq, idle, now)
         if r < 0:

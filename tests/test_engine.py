@@ -227,6 +227,55 @@ def test_logger_killed_mid_run_loses_nothing_it_acknowledged(tmp_path, fsync):
     assert not g.duplicates() and not g.extras()
 
 
+def test_a_sender_that_crashes_right_after_its_last_message_still_gets_it_to_everyone():
+    # The sender dies 1 ms after publishing, before its idle heartbeat (5 ms):
+    # node 3 missed the message and nothing tells it the message exists.
+    # Node 2 has it; once the stream has been silent a while, node 2 counts
+    # its latest seq in its heartbeat signature (Node.infer_idle), node 3
+    # sees the signatures differ, gets the list and pulls the message.
+    g = Group(3, senders=[1], seed=1, gossip_interval=0.02, member_timeout=0.5)
+    g.net.run(0.05)
+    cut = {"on": True}
+    g.net.drop_filter = lambda src, dst, data: cut["on"] and dst == 3
+    e = g.E[1]
+    e.publish(payload(1, e.inc, 0), now=g.net.now)
+    g.target[1] = 1
+    g.net.flush(1)
+    g.net.run(0.001)
+    g.net.crash(1)
+    cut["on"] = False
+    assert g.net.run_until_true(lambda net: (g.drain() or True) and (1, e.inc, 0) in g.got[3], timeout=2)
+    assert g.E[2].node.idle_entries() == [(1, e.inc, 0)]
+    assert not g.duplicates()
+
+
+def test_two_members_that_missed_each_others_reconnect_talk_again():
+    # Found by the FIFO-SRB state machine: node 2 and node 3 went away at
+    # the same time, each heard the other leave, and each came back while
+    # the other held it as away (a reconnect is announced only to members
+    # held as up).  Each holds the other as DISCONNECTED; the only other
+    # member has crashed.  With no target left, a member probes one it
+    # believes away, and the membership signature in that gossip sets both
+    # views right.
+    from rpbcast.membership import DISCONNECTED, MEMBER
+    g = Group(3, senders=[1], seed=2, gossip_interval=0.02, member_timeout=0.3)
+    g.net.run(0.05)
+    g.net.crash(1)                                 # nobody left to relay
+    for i in (2, 3):
+        g.E[i].disconnect(g.net.now)
+    for i in (2, 3):
+        g.net.flush(i)
+    g.net.run(0.01)
+    for i in (2, 3):
+        g.E[i].reconnect(g.net.now)
+        g.net.flush(i)
+    g.net.run(0.01)
+    assert g.E[2].members.get(3).status == DISCONNECTED and g.E[3].members.get(2).status == DISCONNECTED
+    assert g.E[2].status == MEMBER and g.E[3].status == MEMBER
+    assert g.net.run_until_true(lambda net: g.E[2].members.get(3).status == MEMBER
+                                and g.E[3].members.get(2).status == MEMBER, timeout=3)
+
+
 def test_without_loggers_a_peers_gcnote_does_not_stop_repair_from_other_peers(tmp_path):
     """No logger: a peer that collected the message says so (GcNOTE), but
     another peer still holds it.  The receiver must keep gossiping rather

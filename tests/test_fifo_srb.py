@@ -857,3 +857,37 @@ def test_stock_workload_is_the_papers_access_pattern():
         expect = share * n / (hi - lo)
         # uniform within the tier: every item within 5 sigma of its share
         assert np.abs(per - expect).max() < 5 * np.sqrt(expect), (lo, hi, per.min(), per.max())
+
+
+def test_regression_a_crashed_senders_message_reaches_a_member_that_missed_it_while_both_were_away():
+    """A case the state machine found (CI, 2026-11-24): nodes 2 and 3 are
+    each briefly disconnected, node 3 misses the sender's one message, the
+    sender crashes 1 ms later, and each survivor holds the other as
+    DISCONNECTED.  Agreement needs node 3 to get the message from node 2:
+    the survivors must find each other (Engine._pick_target probes members
+    held as away when no one else is left) and node 3 must learn that the
+    message exists (Node.infer_idle)."""
+    state = FifoSrbGroup()
+    state.build(seed=0, n=3, f=1, w=4, two_senders=False)
+    state.safety()
+    for _ in range(8):
+        state.advance(ms=1)
+        state.safety()
+    state.disconnect(ms=10, victim=2)
+    state.safety()
+    for _ in range(9):
+        state.advance(ms=1)
+        state.safety()
+    state.disconnect(ms=10, victim=3)
+    state.safety()
+    for _ in range(1):
+        state.advance(ms=1)
+        state.safety()
+    state.publish(labels=[None], which=0)
+    state.safety()
+    for _ in range(1):
+        state.advance(ms=1)
+        state.safety()
+    state.crash(victim=1)
+    state.safety()
+    state.teardown()

@@ -434,6 +434,7 @@ cdef extern from "node.h" nogil:
     rp_peer_t *rp_node_peer_at(rp_node_t *n, uint32_t slot)
     int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t length, uint64_t src_addr, int64_t now)
     int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now)
+    uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns)
     void rp_node_ctl_clear(rp_node_t *n)
     int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t length, uint64_t label,
                             int64_t now)
