@@ -57,6 +57,17 @@ def datagrams(size, keep):
     return buf, offs, lens, np.zeros(len(dgs), np.uint64), int(sum(keep))
 
 
+def deliver_all(node, out, n):
+    """recv_batch until the n messages received are delivered."""
+    got = 0
+    while got < n:
+        k = node.recv_batch(65536, out, 0)[0]
+        if not k:
+            break
+        got += k
+    assert got == n, (got, n)
+
+
 def seq_positions(buf, offs, lens):
     """Byte offsets of every message's seq field (u64 at +16 in its header)."""
     raw = buf.tobytes()
@@ -87,13 +98,7 @@ def main():
             def case():
                 r = Node(1, 2, 1, mtu=1472, store_bytes=1 << 29, store_entries=1 << 20)
                 r.rx_batch(buf, offs, lens, srcs, 0)
-                got = 0
-                while got < n:
-                    k = r.recv_batch(65536, out, 0)[0]
-                    if not k:
-                        break
-                    got += k
-                assert got == n
+                deliver_all(r, out, n)
 
             res.append(compare(f"cold: rx + deliver, {size} B, {label}", case,
                                lambda: np.copyto(copy_dst, buf), n, rounds=a.rounds, reps=3))
@@ -113,13 +118,7 @@ def main():
 
             def steady():
                 live.rx_batch(sbuf, offs, lens, srcs, 0)
-                got = 0
-                while got < n:
-                    k = live.recv_batch(65536, out, 0)[0]
-                    if not k:
-                        break
-                    got += k
-                assert got == n, (got, n)
+                deliver_all(live, out, n)
                 live.round(1)          # the gossip round's age GC frees the ring
 
             res.append(compare(f"steady: rx + deliver, {size} B, {label}", steady,

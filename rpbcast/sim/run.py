@@ -379,16 +379,7 @@ class Simulation:
             self.records += k
             self._note(np.full(k, v, np.int64), snd, inc, seq)
             if check:
-                if int(lens.min()) == size == int(lens.max()) and int(offs[-1]) == (k - 1) * size:
-                    # payloads back to back: a strided view of their headers
-                    h = self._bufnp[:k * size].reshape(k, size)[:, :16].copy().view(np.uint32)
-                else:
-                    idx = offs.astype(np.int64)[:, None] + np.arange(16)
-                    h = self._bufnp[idx].copy().view(np.uint32)
-                    h = np.where((lens == size)[:, None], h, 0xFFFFFFFF)
-                ok = ((h[:, 0] == snd) & (h[:, 1] == inc) & (h[:, 2] == (seq & 0xFFFFFFFF))
-                      & (h[:, 3] == (seq >> 32)))
-                self.corrupt += int(k - np.count_nonzero(ok))
+                self._check_payloads(k, snd, inc, seq, offs, lens, size)
 
     # ------------------------------------------------------------------ consumer applications
     def _init_consumers(self):
@@ -456,13 +447,22 @@ class Simulation:
         self.records += k
         self._note(np.full(k, v, np.int64), snd, inc, seq)
         if self.p["check_payload"] and size >= 16:
+            self._check_payloads(k, snd, inc, seq, offs, lens, size)
+        return k
+
+    def _check_payloads(self, k, snd, inc, seq, offs, lens, size):
+        """Count delivered payloads (in self._buf) whose header does not
+        name their own id (workload.payload) as corrupt."""
+        if int(lens.min()) == size == int(lens.max()) and int(offs[-1]) == (k - 1) * size:
+            # payloads back to back: a strided view of their headers
+            h = self._bufnp[:k * size].reshape(k, size)[:, :16].copy().view(np.uint32)
+        else:
             idx = offs.astype(np.int64)[:, None] + np.arange(16)
             h = self._bufnp[idx].copy().view(np.uint32)
             h = np.where((lens == size)[:, None], h, 0xFFFFFFFF)
-            ok = ((h[:, 0] == snd) & (h[:, 1] == inc) & (h[:, 2] == (seq & 0xFFFFFFFF))
-                  & (h[:, 3] == (seq >> 32)))
-            self.corrupt += int(k - np.count_nonzero(ok))
-        return k
+        ok = ((h[:, 0] == snd) & (h[:, 1] == inc) & (h[:, 2] == (seq & 0xFFFFFFFF))
+              & (h[:, 3] == (seq >> 32)))
+        self.corrupt += int(k - np.count_nonzero(ok))
 
     def deliveries(self, v) -> dict:
         """What receiver v's application got, in order: sender, inc, seq,

@@ -159,61 +159,52 @@ class Publisher:
         now = net.now
         self._retry_at[s] = None
         q = self.backlog[s]
-        size = self.w.size
-        inc = self.inc[s]
-        times = self.send_times[s]
-        labels = self.labels[s]
         while q:
             item = q[0]
             t_offer, k = item
             while k > 0:
-                seq = e.node.next_seq if hasattr(e, "node") else self.published[s]
-                try:
-                    if labels is None:
-                        got = e.publish(payload(s, inc, seq, now, size), now=now)
-                    else:
-                        got = e.publish(payload(s, inc, seq, now, size), label=labels[len(times)], now=now)
-                except BlockingIOError:
-                    self.blocked += 1
+                if not self._publish_one(s, e, now):
                     item[1] = k
                     t = now + int(self.w.retry * NS)
                     self._retry_at[s] = t
                     net.at(t, lambda: self._drain_backlog(s), node=s)
                     return
-                if got != len(times):
-                    raise RuntimeError(f"sender {s}: engine gave seq {got}, expected {len(times)}")
-                times.append(now)
                 self.offer_times[s].append(t_offer)
-                self.published[s] += 1
                 k -= 1
             q.popleft()
             self._left -= 1
             if self._left == 0:
                 self.done_at = now
 
+    def _publish_one(self, s, e, now) -> bool:
+        """Publish sender s's next message now (with its stock label, if
+        any); False if the engine refused it (BlockingIOError: counted)."""
+        times = self.send_times[s]
+        labels = self.labels[s]
+        seq = e.node.next_seq if hasattr(e, "node") else self.published[s]
+        data = payload(s, self.inc[s], seq, now, self.w.size)
+        try:
+            if labels is None:
+                got = e.publish(data, now=now)
+            else:
+                got = e.publish(data, label=labels[len(times)], now=now)
+        except BlockingIOError:
+            self.blocked += 1
+            return False
+        if got != len(times):
+            raise RuntimeError(f"sender {s}: engine gave seq {got}, expected {len(times)}")
+        times.append(now)
+        self.published[s] += 1
+        return True
+
     def _publish(self, s, k):
         net = self.net
         e = net.engines[s]
         now = net.now
-        size = self.w.size
-        inc = self.inc[s]
-        times = self.send_times[s]
-        labels = self.labels[s]
         while k > 0:
-            seq = e.node.next_seq if hasattr(e, "node") else self.published[s]
-            try:
-                if labels is None:
-                    got = e.publish(payload(s, inc, seq, now, size), now=now)
-                else:
-                    got = e.publish(payload(s, inc, seq, now, size), label=labels[len(times)], now=now)
-            except BlockingIOError:
-                self.blocked += 1
+            if not self._publish_one(s, e, now):
                 net.at(now + int(self.w.retry * NS), self._fire(s, k), node=s)
                 return
-            if got != len(times):
-                raise RuntimeError(f"sender {s}: engine gave seq {got}, expected {len(times)}")
-            times.append(now)
-            self.published[s] += 1
             k -= 1
         self._left -= 1
         if self._left == 0:
