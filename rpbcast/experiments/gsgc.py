@@ -130,6 +130,18 @@ def _register():
 _register()
 
 
+def _finish(plt, fig, ax, out, xlabel, ylabel, title, legend_size=8):
+    """Label a one-panel figure and write it as OUT/plot.png."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(Path(out) / "plot.png")
+    plt.close(fig)
+
+
 # --------------------------------------------------------------------------
 # one run
 
@@ -509,14 +521,8 @@ def fig12(out, quick=False, seed=1, jobs=2):
         xs = np.array([min(best), max(best)])
         ax.plot(xs, k * xs + c, "r--", lw=1, label=f"fit {k:.3f} n {c:+.1f} s")
     ax.plot([500], [71], "g^", label="paper: 71 s at n = 500")
-    ax.set_xlabel("group size n")
-    ax.set_ylabel("near-minimum time per round (s)")
-    ax.set_title("GSGC Fig. 12 reproduction: global gossip, b = 1, sparse, sim. II", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(Path(out) / "plot.png")
-    plt.close(fig)
+    _finish(plt, fig, ax, out, "group size n", "near-minimum time per round (s)",
+            "GSGC Fig. 12 reproduction: global gossip, b = 1, sparse, sim. II")
     return Table(["n", "step", "best", "runs", "done", "tpr_mean", "tpr_std", "steps_mean", "queue_drops_mean"],
                  rows, "GSGC Fig. 12: near-minimum TPR vs group size, global gossip", notes)
 
@@ -628,14 +634,8 @@ def fig13(out, quick=False, seed=1, jobs=2):
                                 ("integrated_location", "m--v", "zones by location")):
             xs = [n for n in ns_ if d[n][key] is not None]
             ax.plot(xs, [d[n][key] for n in xs], style, ms=4, label=f"local gossip, integrated run ({lab})")
-    ax.set_xlabel("group size n")
-    ax.set_ylabel("near-minimum time per round (s)")
-    ax.set_title("GSGC Fig. 13 reproduction: local vs global gossip (sparse, sim. II)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(Path(out) / "plot.png")
-    plt.close(fig)
+    _finish(plt, fig, ax, out, "group size n", "near-minimum time per round (s)",
+            "GSGC Fig. 13 reproduction: local vs global gossip (sparse, sim. II)")
     return Table(["n", "global_tpr", "global_step", "phase1_tpr", "controllers", "sc_step", "phase2_tpr",
                   "local_tpr", "integrated_random_tpr", "integrated_random_step", "integrated_location_tpr",
                   "integrated_location_step"], rows,
@@ -714,14 +714,8 @@ def adaptive(out, quick=False, seed=1, jobs=2):
         ax.axvspan(w.s1, w.s2, color=line.get_color(), alpha=0.15)
         ax.plot([w.s], [w.f_s], "*", color=line.get_color(), ms=12, label=f"b = {b}: search: s = {w.s:g}, "
                 f"window {w.s1:g}-{w.s2:g} s")
-    ax.set_xlabel("step interval (s)")
-    ax.set_ylabel("time per round (s)")
-    ax.set_title("GSGC §4.3 adaptive search (n = 200, sim. I)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(out) / "plot.png")
-    plt.close(fig)
+    _finish(plt, fig, ax, out, "step interval (s)", "time per round (s)",
+            "GSGC §4.3 adaptive search (n = 200, sim. I)", legend_size=7)
     return Table(["b", "s", "f_s", "s1", "s2", "iter_part1", "iter_part2", "evaluations", "measured_s",
                   "measured_tpr", "measured_s1", "measured_s2", "s_in_measured_window", "paper_s", "paper_f_s",
                   "paper_s1", "paper_s2"], rows, "GSGC §4.3: adaptive search for the window of good step intervals",

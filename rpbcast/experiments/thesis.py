@@ -444,20 +444,29 @@ SENDERS = [1, 2, 3, 6, 9, 12, 15, 18]
 SENDERS_QUICK = [1, 6, 18]
 
 
-def fig7_6(out, quick, seed, jobs) -> Table:
-    xs = SENDERS_QUICK if quick else SENDERS
+def _overhead_experiment(out, quick, seed, jobs, xs, xname, param, title, plot_title, xlabel,
+                         notes="", logx=False) -> Table:
+    """Figs. 7-6 and 7-7: non-repair overhead of every OVERHEAD_SERIES
+    protocol as simulation parameter `param` takes the values xs."""
     seeds = seeds_of(seed, 1 if quick else 3)
     over = dict(OVERHEAD_END, duration=3.0) if quick else dict(OVERHEAD_END)
-    specs = [((s, k, sd), params(s, senders=k, seed=sd, **over), ()) for s in OVERHEAD_SERIES
-             for k in xs for sd in seeds]
+    specs = [((s, x, sd), params(s, seed=sd, **{param: x}, **over), ()) for s in OVERHEAD_SERIES
+             for x in xs for sd in seeds]
     done = run_all(specs, jobs, out)
-    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, "senders")
-    t.title = "Fig. 7-6: non-repair overhead vs number of senders (1 % loss, 360 packets/s in total)"
+    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, xname)
+    t.title = title
     t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; every message type but DATA and REPAIR, sent over "
-               f"{over['duration'] if 'duration' in over else 10:g} s of sending + 2 s.  Senders: the first k "
-               "of a fixed order of the non-loggers, the logger last (k = 18 includes it).")
-    _overhead_plot(t, xs, "senders", "senders", "Fig. 7-6: overhead vs number of senders (1 % loss, 360 pkt/s)", out)
+               f"{over['duration'] if 'duration' in over else 10:g} s of sending + 2 s." + notes)
+    _overhead_plot(t, xs, xname, xlabel, plot_title, out, logx=logx)
     return t
+
+
+def fig7_6(out, quick, seed, jobs) -> Table:
+    return _overhead_experiment(
+        out, quick, seed, jobs, SENDERS_QUICK if quick else SENDERS, "senders", "senders",
+        "Fig. 7-6: non-repair overhead vs number of senders (1 % loss, 360 packets/s in total)",
+        "Fig. 7-6: overhead vs number of senders (1 % loss, 360 pkt/s)", "senders",
+        notes="  Senders: the first k of a fixed order of the non-loggers, the logger last (k = 18 includes it).")
 
 
 LOSSES = [0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05]
@@ -465,19 +474,10 @@ LOSSES_QUICK = [0.001, 0.01, 0.05]
 
 
 def fig7_7(out, quick, seed, jobs) -> Table:
-    xs = LOSSES_QUICK if quick else LOSSES
-    seeds = seeds_of(seed, 1 if quick else 3)
-    over = dict(OVERHEAD_END, duration=3.0) if quick else dict(OVERHEAD_END)
-    specs = [((s, x, sd), params(s, loss=x, seed=sd, **over), ()) for s in OVERHEAD_SERIES
-             for x in xs for sd in seeds]
-    done = run_all(specs, jobs, out)
-    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, "loss")
-    t.title = "Fig. 7-7: non-repair overhead vs loss rate (18 senders, 360 packets/s)"
-    t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; every message type but DATA and REPAIR, sent over "
-               f"{over['duration'] if 'duration' in over else 10:g} s of sending + 2 s.")
-    _overhead_plot(t, xs, "loss", "loss rate", "Fig. 7-7: overhead vs loss rate (18 senders, 360 pkt/s)", out,
-                   logx=True)
-    return t
+    return _overhead_experiment(
+        out, quick, seed, jobs, LOSSES_QUICK if quick else LOSSES, "loss", "loss",
+        "Fig. 7-7: non-repair overhead vs loss rate (18 senders, 360 packets/s)",
+        "Fig. 7-7: overhead vs loss rate (18 senders, 360 pkt/s)", "loss rate", logx=True)
 
 
 # ---------------------------------------------------------------- Table 7.2 / Fig. 7-8
