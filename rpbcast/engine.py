@@ -410,12 +410,16 @@ class Engine:
             extra += self.logger.gossip_sections(budget - sum(len(s) for s in secs))
         for x in self.extensions:
             extra += x.gossip_sections(target, budget - sum(len(s) for s in secs + extra), now)
-        body = wire.gossip_body(self.node.hb_signature, self.members.signature, now & (2**64 - 1),
-                                secs + extra)
+        self._send_gossip(target, secs + extra, now, nids)
+        return nids
+
+    def _send_gossip(self, target: Member, sections, now, nids=0):
+        """One GOSSIP message: our heartbeat and membership signatures, then
+        the sections (nids: missing ids it asks for, for the trace)."""
+        body = wire.gossip_body(self.node.hb_signature, self.members.signature, now & (2**64 - 1), sections)
         self.gossip_seq += 1
         self._emit(target.addr, T.GOSSIP, body, seq=self.gossip_seq)
         self.node.trace_event(now, EV_GOSSIP_OUT, 0, 0, self.gossip_seq, len(body), target.node_id, nids)
-        return nids
 
     def _gossip_round(self, now):
         node = self.node
@@ -751,10 +755,7 @@ class Engine:
                 if last is not None and last[0] == f and now - last[1] < every:
                     continue
                 self._flow_sent[slot] = (f, now)
-                body = wire.gossip_body(node.hb_signature, self.members.signature, now & (2**64 - 1),
-                                        [wire.lastseen_section([(pid, pinc, f)])])
-                self.gossip_seq += 1
-                self._emit(m.addr, T.GOSSIP, body, seq=self.gossip_seq)
+                self._send_gossip(m, [wire.lastseen_section([(pid, pinc, f)])], now)
         self._flow_release(now)
 
     def _flow_release(self, now):

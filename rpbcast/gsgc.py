@@ -461,10 +461,7 @@ class GsgcExtension(Extension):
             ecfg = engine.cfg
             if cfg.age_limit is None:
                 n = max(len(ecfg.members), 2)
-                k = cfg.K or k_threshold(n, cfg.b, cfg.k_factor, cfg.k_min)
-                step_s = cfg.step if cfg.step is not None else ecfg.gossip_interval
-                if cfg.K is None and cfg.fail_after:
-                    k = min(L_MAX, max(k, math.ceil(cfg.fail_after / step_s)))
+                k = cfg.K or min(L_MAX, max(k_threshold(n, cfg.b, cfg.k_factor, cfg.k_min), self._k_floor()))
                 ratio = (cfg.step / ecfg.gossip_interval) if cfg.step is not None else 1.0
                 limit = max(ecfg.gc_limit, math.ceil((2 * k + 16) * ratio))
             else:

@@ -161,7 +161,7 @@ def main(args):
     work = os.path.join(run_dir, "work")
     os.makedirs(work, exist_ok=True)
     senders, receivers, loggers, addrs = plan(args, use_ns)
-    flow_control = args.flow_control if args.flow_control != "auto" else ("loggers" if loggers else "receivers")
+    flow_control = flow_control_of(args, loggers)
     members = [{"node_id": i, "addr": addrs[i], "role": "logger" if i in loggers else "member"}
                for i in senders + receivers + loggers]
     from rpbcast import netaddr
@@ -384,6 +384,14 @@ def main(args):
             print(f"traces in {run_dir}: rpbcast analyze {run_dir}", file=sys.stderr)
 
 
+def flow_control_of(args, loggers):
+    """Config.flow_control for the run: --flow-control, or with auto the
+    loggers' acknowledgments when there are loggers, else the receivers'."""
+    if args.flow_control != "auto":
+        return args.flow_control
+    return "loggers" if loggers else "receivers"
+
+
 def gsgc_brief(st):
     if not st:
         return None
@@ -438,7 +446,7 @@ def summarize(args, senders, receivers, loggers, sent, finals, transport, loss_m
                 other_bytes += bo
     return {
         "transport": transport, "loss": args.loss, "loss_model": loss_model,
-        "flow_control": args.flow_control if args.flow_control != "auto" else ("loggers" if loggers else "receivers"),
+        "flow_control": flow_control_of(args, loggers),
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,

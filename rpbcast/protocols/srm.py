@@ -1,5 +1,5 @@
 """SRM (Scalable Reliable Multicast, Floyd, Jacobson, Liu, McCanne and Zhang
-1997, thesis ref. [13]; summarised in /work/shared/papers/004_*.txt) on the
+1997, thesis ref. [13]; summarised in ../shared/papers/004_07fbea9036585db3.txt) on the
 rpbcast data plane.
 
 * Data goes out once by unreliable multicast (the shared data plane); every
