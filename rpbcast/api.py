@@ -217,13 +217,14 @@ class Node:
     def poll(self, timeout: float = 0.0, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
         """Drive the node from the calling thread and take what it delivers:
         one loop iteration (receive, timers, send), waiting up to `timeout`
-        seconds for traffic, then recv_batch.  For a node built with
-        ``start=False`` (no loop thread): a message then reaches the
-        application with one thread wake-up instead of two, which is most of
-        the one-way latency on a busy machine (docs/performance.md)."""
+        seconds for traffic unless deliveries are already waiting, then
+        recv_batch.  For a node built with ``start=False`` (no loop thread):
+        a message then reaches the application with one thread wake-up
+        instead of two, which is most of the one-way latency on a busy
+        machine (docs/performance.md)."""
         if self.transport.threaded:
             raise RuntimeError("poll() drives the node itself: build it with Node(config, start=False)")
-        self.transport.run_once(timeout)
+        self.transport.run_once(0.0 if self.transport.pending() else timeout)
         return self.recv_batch(max_n, buf)
 
     def receive(self, timeout: Optional[float] = None) -> Optional[Message]:

@@ -359,19 +359,14 @@ def run_receiver(spec, cmds, tw_factory):
             if not want:
                 time.sleep(0.001)
         if inline:
-            b = node.poll(0.0 if want else 0.001, want, buf)
+            b = node.poll(0.01 if want else 0.0, want, buf)   # waits in the loop itself
         else:
             b = node.recv_batch(want, buf) if want else node.recv_batch(0, buf)
         consumed += b.count
         now = time.monotonic_ns()
         if b.count:
             tally.add(b, now)
-        elif inline:
-            b = node.poll(0.01, want, buf)        # nothing yet: wait in the loop itself
-            if b.count:
-                tally.add(b, time.monotonic_ns())
-                consumed += b.count
-        else:
+        elif not inline:
             node.transport.wait(0.01)
         while not cmds.empty():
             c = cmds.get()
