@@ -17,10 +17,12 @@ if os.environ.get("RPBCAST_NATIVE") == "1":
 if os.environ.get("RPBCAST_DEBUG") == "1":
     CFLAGS += ["-O0", "-g", "-fsanitize=address,undefined"]
 
-MODULES = ["seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire", "logstore", "node", "transport", "sim._core"]
+MODULES = [*(f"core.{m}" for m in ("seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire",
+                                  "logstore", "node")),
+           "drivers.udp", "sim._core"]
 
 
-# RPBCAST_ONLY=node,transport rebuilds just those (development).
+# RPBCAST_ONLY=core.node,drivers.udp rebuilds just those (development).
 if os.environ.get("RPBCAST_ONLY"):
     MODULES = [m for m in os.environ["RPBCAST_ONLY"].split(",") if m]
 

@@ -14,9 +14,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import compare, report  # noqa: E402
 
-from rpbcast import digest  # noqa: E402
-from rpbcast.seqtrack import SeqTracker  # noqa: E402
-from rpbcast.signature import Signature  # noqa: E402
+from rpbcast.core import digest  # noqa: E402
+from rpbcast.core.seqtrack import SeqTracker  # noqa: E402
+from rpbcast.core.signature import Signature  # noqa: E402
 
 N = 1_000_000
 

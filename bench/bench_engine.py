@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import compare, report  # noqa: E402
 
-from rpbcast.node import Node  # noqa: E402
+from rpbcast.core.node import Node  # noqa: E402
 
 N = 200_000
 
@@ -41,7 +41,7 @@ def datagrams(size, keep):
             snd.logger_ack(snd.next_seq)
     out += snd.datagrams()
     # re-pack without the dropped messages: parse and rebuild
-    from rpbcast import wire
+    from rpbcast.core import wire
     msgs = [m for _, d in out for m in wire.parse(d)[1] if keep[m.seq]]
     dgs = []
     b = wire.Builder(1, 1, 1, 0, 1472)

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_engine import N, datagrams  # noqa: E402
 from harness import compare, machine, report  # noqa: E402
 
-from rpbcast.node import Node  # noqa: E402
+from rpbcast.core.node import Node  # noqa: E402
 
 
 def rx_case(buf, offs, lens, srcs, n, trace, drain=True, chunk=1024):
@@ -83,7 +83,7 @@ def traced_columns():
 
 
 def writer_throughput(events, rounds=5):
-    from rpbcast.tracefile import TraceWriter
+    from rpbcast.analysis.tracefile import TraceWriter
     base = traced_columns()
     reps = -(-events // len(base["t_ns"]))
     cols = {k: np.tile(v, reps)[:events] for k, v in base.items()}

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from harness import machine  # noqa: E402
 
-from rpbcast import netns  # noqa: E402
+from rpbcast.tools import netns  # noqa: E402
 
 
 def build_blaster(tmp):

@@ -4,7 +4,7 @@
  * itself: gap detection on a per-sender tracker, storing the payload once in
  * the message store (for the application and for the gossip buffer), FIFO /
  * FIFO-SRB queues, counters and trace events.  Every other message type is
- * queued, undecoded, for the control plane (rpbcast/engine.py), which runs
+ * queued, undecoded, for the control plane (rpbcast/protocol/engine.py), which runs
  * once per control message rather than once per data message.  The control
  * plane calls back in here for the per-message parts of its work: serving a
  * gossip's missing ids from the store, building missing-set digests, moving

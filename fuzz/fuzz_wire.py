@@ -35,7 +35,7 @@ def _load():
             ctypes.CDLL(lib, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
         except OSError:
             pass            # not loaded (a build without libFuzzer)
-    from rpbcast import digest, wire
+    from rpbcast.core import digest, wire
     T = wire.MsgType
     R = wire.Reason
     SECTIONED = (T.RTX, T.GCNOTE, T.GAPNOTE)

@@ -1,5 +1,5 @@
 import sys
 
-from rpbcast.cli import main
+from rpbcast.tools.cli import main
 
 sys.exit(main())

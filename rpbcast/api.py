@@ -21,10 +21,10 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from rpbcast import netaddr
+from rpbcast.drivers import netaddr
 from rpbcast.config import Config, ConfigError, MemberSpec
-from rpbcast.engine import Engine
-from rpbcast.transport import SocketError, Transport
+from rpbcast.protocol.engine import Engine
+from rpbcast.drivers.udp import SocketError, Transport
 
 NOLABEL = 0xFFFFFFFFFFFFFFFF
 EPOCH_2024 = 1704067200
@@ -116,7 +116,7 @@ class Node:
         trace: capacity of the event trace buffer (0 = off);
         stats_socket: a UNIX socket path where `rpbcast stat` reads live
         counters; extensions: engine extensions to run (e.g.
-        rpbcast.gsgc.GsgcExtension()), every member running the same."""
+        rpbcast.protocol.gsgc.GsgcExtension()), every member running the same."""
         cfg = config.validate()
         gip, gport = netaddr.parse_hostport(cfg.group_addr)
         bip, bport = netaddr.parse_hostport(cfg.bind)

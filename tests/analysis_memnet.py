@@ -11,7 +11,7 @@ import tempfile
 
 def run(params: dict) -> dict:
     from rpbcast.config import Config
-    from rpbcast.memnet import NS, MemNet
+    from rpbcast.drivers.memnet import NS, MemNet
 
     if params.get("fail"):
         raise ValueError("this configuration fails on purpose")
@@ -37,7 +37,7 @@ def run(params: dict) -> dict:
                                   log_dir=f"{tmp.name}/log{i}" if role == "logger" else None))
         writers = {}
         if run_dir:
-            from rpbcast.tracefile import TraceWriter
+            from rpbcast.analysis.tracefile import TraceWriter
             for i in ids:
                 E[i].node.enable_trace(1 << 16)
                 writers[i] = TraceWriter(run_dir, "memnet", i)
@@ -83,7 +83,7 @@ def run(params: dict) -> dict:
                "repairs_logger": sum(E[i].counters()["repairs_logger"] for i in ids),
                "datagrams_dropped": net.dropped, "virtual_s": (net.now - NS) / NS}
         if run_dir:
-            from rpbcast.tracefile import write_counters, write_run_json
+            from rpbcast.analysis.tracefile import write_counters, write_run_json
             for i, w in writers.items():
                 w.close()
                 c = dict(E[i].counters())

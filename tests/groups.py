@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 
 from rpbcast.config import Config
-from rpbcast.memnet import NS, MemNet
+from rpbcast.drivers.memnet import NS, MemNet
 
 
 class Group:

@@ -20,7 +20,7 @@ from rpbcast.analysis import sweep
 from rpbcast.analysis import hist, report, synth, verify
 from rpbcast.analysis.data import Run, read_events
 from rpbcast.analysis.messages import layout, per_message
-from rpbcast.tracefile import EVENT_CODES
+from rpbcast.analysis.tracefile import EVENT_CODES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -440,7 +440,7 @@ def test_sparse_node_ids_and_more_than_64_nodes(spark, tmp_path):
 
 
 def test_cli_prints_the_ids_and_fails(spark, base, tmp_path, capsys):
-    from rpbcast.cli import main
+    from rpbcast.tools.cli import main
 
     def edit(cols):
         drop_row(cols[4], find(cols[4], DELIVER, 2, 17))
@@ -510,7 +510,7 @@ def test_trace_writer_never_overwrites_an_earlier_life_and_broken_files_are_quar
     """A restarted node writes the next part file; a file left without its
     footer by a killed writer is renamed so Spark does not choke on it."""
     pytest.importorskip("pyarrow")
-    from rpbcast.tracefile import TraceWriter, quarantine_broken
+    from rpbcast.analysis.tracefile import TraceWriter, quarantine_broken
     cols = {k: np.arange(5, dtype=np.int64) for k in ("t_ns", "sender", "inc", "seq", "peer")}
     cols.update(event=np.zeros(5, np.int8), size=np.zeros(5, np.int32), aux=np.zeros(5, np.int32))
     paths = []
@@ -539,7 +539,7 @@ BLOCK = textwrap.dedent("""
             if name.split(".")[0] in ("pyspark", "pyarrow"):
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
     sys.meta_path.insert(0, Block())
-    from rpbcast.cli import main
+    from rpbcast.tools.cli import main
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -598,7 +598,7 @@ def test_sweep_runs_one_simulation_per_task_and_collects_results(spark, tmp_path
 
 
 def test_sweep_cli_dry_run_and_bad_function(tmp_path, capsys):
-    from rpbcast.cli import main
+    from rpbcast.tools.cli import main
     g = tmp_path / "g.toml"
     g.write_text('repeat = 3\n[grid]\nloss = [0.0, 0.01]\n')
     assert main(["sweep", "--grid", str(g), "--out", str(tmp_path / "o"), "--dry-run"]) == 0

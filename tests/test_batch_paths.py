@@ -9,8 +9,8 @@ import tracemalloc
 
 import numpy as np
 
-from rpbcast.node import Node
-from rpbcast.seqtrack import SeqTracker
+from rpbcast.core.node import Node
+from rpbcast.core.seqtrack import SeqTracker
 
 
 def traced(fn):

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from rpbcast import convergence as cv
+from rpbcast.experiments import convergence as cv
 
 N = 100
 

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from models import digest_model as model
-from rpbcast.digest import DigestError, decode, encode
+from rpbcast.core.digest import DigestError, decode, encode
 
 U64 = (1 << 64) - 1
 

@@ -5,11 +5,11 @@ import struct
 import pytest
 
 from groups import Group, payload
-from rpbcast import wire
+from rpbcast.core import wire
 from rpbcast.config import Config, ConfigError, MemberSpec
-from rpbcast.engine import Engine
-from rpbcast.memnet import NS, MemNet
-from rpbcast.node import DEST_MCAST
+from rpbcast.protocol.engine import Engine
+from rpbcast.drivers.memnet import NS, MemNet
+from rpbcast.core.node import DEST_MCAST
 
 
 def test_lossless_group_delivers_everything_once_without_repairs(tmp_path):
@@ -142,8 +142,8 @@ def test_dynamic_join_with_sponsors(tmp_path):
 
 
 def test_membership_changes_are_trace_events(tmp_path):
-    from rpbcast.engine import EV_MEMBER
-    from rpbcast.membership import MEMBER
+    from rpbcast.protocol.engine import EV_MEMBER
+    from rpbcast.protocol.membership import MEMBER
     g = Group(3, senders=[1])
     for i in g.ids:
         g.E[i].node.enable_trace(4096)
@@ -257,7 +257,7 @@ def test_two_members_that_missed_each_others_reconnect_talk_again():
     # member has crashed.  With no target left, a member probes one it
     # believes away, and the membership signature in that gossip sets both
     # views right.
-    from rpbcast.membership import DISCONNECTED, MEMBER
+    from rpbcast.protocol.membership import DISCONNECTED, MEMBER
     g = Group(3, senders=[1], seed=2, gossip_interval=0.02, member_timeout=0.3)
     g.net.run(0.05)
     g.net.crash(1)                                 # nobody left to relay

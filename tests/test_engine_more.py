@@ -8,8 +8,8 @@ import random
 import pytest
 
 from groups import Group, payload
-from rpbcast import selection
-from rpbcast.memnet import NS
+from rpbcast.protocol import selection
+from rpbcast.drivers.memnet import NS
 
 
 def log_segments(g, i):
@@ -170,7 +170,7 @@ def test_a_logger_that_sends_logs_its_own_messages_and_serves_them_from_the_log(
     # message: only the log still has it.  Found by the thesis experiments;
     # before the fix the logger never logged what it sent, and a request for
     # its own stream made it pull its own messages from the members.
-    from rpbcast import wire
+    from rpbcast.core import wire
     T = wire.MsgType
     g = Group(4, senders=[4], loggers=[4], tmp_path=tmp_path, gc_limit=2)
     lg = g.E[4]
@@ -208,7 +208,7 @@ def test_late_joiner_with_catch_up_gets_the_history_from_the_logger(tmp_path):
     # whole stream, not only what follows its join time, and what the
     # peers' gossip buffers no longer hold comes from the logger's log.
     from rpbcast.config import Config
-    from rpbcast.membership import MEMBER
+    from rpbcast.protocol.membership import MEMBER
     g = Group(4, senders=[1], loggers=[4], tmp_path=tmp_path, gc_limit=3, log_min_keep=0)
     g.publish_stream(200, per_tick=10)
     assert g.run_until_complete(timeout=5)

@@ -18,7 +18,7 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from groups import Group, payload
-from rpbcast.node import PHASE_ALL
+from rpbcast.core.node import PHASE_ALL
 
 LIVENESS_SECONDS = 30.0
 

@@ -17,9 +17,9 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from groups import Group, payload
-from rpbcast import wire
-from rpbcast.memnet import NS
-from rpbcast.node import SELF_SLOT
+from rpbcast.core import wire
+from rpbcast.drivers.memnet import NS
+from rpbcast.core.node import SELF_SLOT
 
 T = wire.MsgType
 LABELS = [None, 0, 1, 2]            # a small label space: obsolescence is frequent
@@ -845,7 +845,7 @@ def test_stock_workload_is_the_papers_access_pattern():
     # FIFO-SRB §3.2: 875 items; 25 take 50 % of the updates, 100 take 40 %,
     # 750 take 10 %, uniformly within a tier.  Deterministic in its seed.
     import numpy as np
-    from rpbcast.workload import StockWorkload
+    from rpbcast.sim.stock import StockWorkload
     n = 400_000
     lab = StockWorkload(seed=5).labels(n).astype(np.int64)
     assert np.array_equal(StockWorkload(seed=5).labels(n).astype(np.int64), lab)

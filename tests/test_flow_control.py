@@ -6,7 +6,7 @@ import pytest
 
 from groups import Group, payload
 from rpbcast.config import Config, ConfigError
-from rpbcast.memnet import NS
+from rpbcast.drivers.memnet import NS
 
 # Small buffers and quick age GC: a sender that outruns a lossy receiver
 # loses messages for good unless something holds them back.

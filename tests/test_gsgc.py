@@ -1,4 +1,4 @@
-"""GSGC as an engine extension (rpbcast/gsgc.py) on the in-memory network.
+"""GSGC as an engine extension (rpbcast/protocol/gsgc.py) on the in-memory network.
 
 The merge rules of Fig. 2 themselves (same / next / old round, redundant and
 out-of-round messages) are tested against the reference model in
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from groups import Group
-from rpbcast import wire
+from rpbcast.core import wire
 from rpbcast.config import Config
-from rpbcast.gsgc import (GsgcConfig, GsgcExtension, OnlineSearch, diffusion_steps, find_window,
+from rpbcast.protocol.gsgc import (GsgcConfig, GsgcExtension, OnlineSearch, diffusion_steps, find_window,
                           k_threshold, view_hash, zones_by_rtt)
-from rpbcast.membership import MEMBER, NOT_MEMBER, Member
-from rpbcast.memnet import NS, MemNet
+from rpbcast.protocol.membership import MEMBER, NOT_MEMBER, Member
+from rpbcast.drivers.memnet import NS, MemNet
 
 STEP = 0.05     # Group's gossip_interval: one GSGC step per engine round by default
 

@@ -5,7 +5,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rpbcast.logstore import LogError, LogStore, crc32c, crc32c_table
+from rpbcast.core.logstore import LogError, LogStore, crc32c, crc32c_table
 
 
 def segs(d):

@@ -8,8 +8,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from models.msgstore_model import (APP, DELIVER, GOSSIP, LOG, QUEUE, SEND, SRB,
                                    MessageStoreModel)
-from rpbcast import msgstore
-from rpbcast.msgstore import MessageStore
+from rpbcast.core import msgstore
+from rpbcast.core.msgstore import MessageStore
 
 HOLDS = st.sampled_from([DELIVER | GOSSIP, DELIVER | GOSSIP, GOSSIP, DELIVER, SEND | GOSSIP,
                          SRB | SEND, LOG, 0, QUEUE | GOSSIP, APP])

@@ -6,13 +6,13 @@ import struct
 import pytest
 
 from groups import Group
-from rpbcast import wire
+from rpbcast.core import wire
 from rpbcast.config import Config, ConfigError
-from rpbcast.digest import decode as digest_decode
-from rpbcast.engine import Engine
-from rpbcast.memnet import NS, MemNet
-from rpbcast.protocols import PROTOCOLS, make_engine
-from rpbcast.protocols.pbcast import SEC_HAVE
+from rpbcast.core.digest import decode as digest_decode
+from rpbcast.protocol.engine import Engine
+from rpbcast.drivers.memnet import NS, MemNet
+from rpbcast.baselines import PROTOCOLS, make_engine
+from rpbcast.baselines.pbcast import SEC_HAVE
 
 T = wire.MsgType
 BASELINES = ("pbcast", "lbrm", "srm")

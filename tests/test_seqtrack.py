@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from models.seqtrack_model import DUP, FAR, FILL, NEW, NOMEM, SEQ_LIMIT, SeqTrackModel
-from rpbcast import seqtrack
-from rpbcast.seqtrack import SeqTracker
+from rpbcast.core import seqtrack
+from rpbcast.core.seqtrack import SeqTracker
 
 
 def test_codes_match_model():

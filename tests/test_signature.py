@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from models.signature_model import SignatureModel, entry_hash
-from rpbcast import signature
-from rpbcast.signature import DEFAULT_SEED, Signature, xxh64
+from rpbcast.core import signature
+from rpbcast.core.signature import DEFAULT_SEED, Signature, xxh64
 
 U32 = st.integers(0, 2**32 - 1)
 U64 = st.integers(0, 2**64 - 1)

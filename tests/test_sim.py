@@ -14,7 +14,7 @@ from rpbcast.sim.network import DEST_MCAST, HostCost, Network
 from rpbcast.sim.topology import NS, Topology, balanced_tree, choose_members, transit_stub
 
 # Protocols every whole-run test is repeated for: rpbcast and the baselines
-# whose modules define SIM_PROTOCOL (rpbcast/protocols/<name>.py).  Not what
+# whose modules define SIM_PROTOCOL (rpbcast/baselines/<name>.py).  Not what
 # experiments register for themselves (rpbcast.experiments): those engines
 # take the experiment's own parameters, and which of them are registered
 # would depend on which tests ran first.
@@ -207,7 +207,7 @@ def test_data_packets_per_link_match_the_multicast_trees():
 
 
 def test_cli_runs_one_configuration(capsys):
-    from rpbcast.cli import main
+    from rpbcast.tools.cli import main
     rc = main(["sim", "--duration", "0.5", "--seed", "2", "--json", "--set", "gossip_interval=0.1"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["exactly_once"] and out["seed"] == 2 and out["published"] > 0

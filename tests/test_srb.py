@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from models.srb_model import OLD, QUEUED, QueueFull, SRBQueueModel, SRBWindowModel
-from rpbcast import srb
-from rpbcast.srb import SRBQueue, SRBWindow
+from rpbcast.core import srb
+from rpbcast.core.srb import SRBQueue, SRBWindow
 
 LABELS = st.sampled_from([None, None, 0, 1, 2, 7, 2**64 - 2])
 

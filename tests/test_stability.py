@@ -9,8 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from models.stability_model import (ADOPTED, COMPLETED, FUTURE, MERGED, NEXT, OLD, REDUNDANT,
                                     StabilityModel)
-from rpbcast import stability
-from rpbcast.stability import StabilityArrays
+from rpbcast.core import stability
+from rpbcast.core.stability import StabilityArrays
 
 
 def words_of(bits, nwords):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rpbcast import netns
+from rpbcast.tools import netns
 
 pytestmark = pytest.mark.timeout(300)
 

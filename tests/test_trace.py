@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rpbcast.node import Node
-from rpbcast.tracefile import EVENT_CODES
+from rpbcast.core.node import Node
+from rpbcast.analysis.tracefile import EVENT_CODES
 
 SEND, RECV, DELIVER, GAP = (EVENT_CODES[e] for e in ("send", "recv", "deliver", "gap"))
 

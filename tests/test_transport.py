@@ -8,7 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from rpbcast import Config, ConfigError, MemberSpec, netns
+from rpbcast import Config, ConfigError, MemberSpec
+
+from rpbcast.tools import netns
 from rpbcast.api import Node
 
 pytestmark = pytest.mark.timeout(120)

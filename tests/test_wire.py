@@ -10,8 +10,8 @@ import zlib
 import pytest
 from hypothesis import given, strategies as st
 
-from rpbcast import digest, wire
-from rpbcast.wire import MsgType as T, Reason as R
+from rpbcast.core import digest, wire
+from rpbcast.core.wire import MsgType as T, Reason as R
 
 SEQ_LIMIT = 1 << 62
 U32 = st.integers(0, 2**32 - 1)

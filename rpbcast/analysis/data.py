@@ -7,7 +7,7 @@ import os
 import re
 from typing import Dict, List, Optional, Tuple
 
-# Event columns as written by rpbcast.tracefile, plus the two partition
+# Event columns as written by rpbcast.analysis.tracefile, plus the two partition
 # columns.  Giving Spark the schema keeps the partition columns typed the
 # same way whatever the run ids look like (run=17 stays a string).
 COLUMNS = [("t_ns", "long"), ("event", "string"), ("sender", "long"), ("inc", "long"),

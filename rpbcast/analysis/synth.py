@@ -12,7 +12,7 @@ and gets the id repaired by a random peer (gossip) or, with probability
 every message 3 us after it arrives.  Nodes gossip every
 ``gossip_interval``.  The counters files hold matching ``traffic`` totals.
 The events of each node are written time-ordered with
-rpbcast.tracefile.TraceWriter, in chunks (bounded memory at any size).
+rpbcast.analysis.tracefile.TraceWriter, in chunks (bounded memory at any size).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Dict, Iterator, Optional
 
 import numpy as np
 
-from rpbcast.tracefile import EVENT_CODES, TraceWriter, write_counters, write_run_json
+from rpbcast.analysis.tracefile import EVENT_CODES, TraceWriter, write_counters, write_run_json
 
 COLS = ("t_ns", "event", "sender", "inc", "seq", "size", "peer", "aux")
 DTYPES = {"t_ns": np.int64, "event": np.uint8, "sender": np.uint32, "inc": np.uint32, "seq": np.uint64,

@@ -10,8 +10,8 @@ Set-up (docs/reproduction/gsgc.md): the paper's network model (§4) --
 balanced degree-4 trees, 30 kbit/s per link direction, 5 ms links, 1 ms per
 router, host send cost 338 + 47u/400 us and 1.1x that to receive, 32-byte
 headers -- with only GSGC's session messages on it.  Every member runs the
-real engine (``rpbcast.engine.Engine``) with the real GSGC extension
-(``rpbcast.gsgc``); the engine's own periodic traffic (gossip repair, pings,
+real engine (``rpbcast.protocol.engine.Engine``) with the real GSGC extension
+(``rpbcast.protocol.gsgc``); the engine's own periodic traffic (gossip repair, pings,
 logger reports) is switched off by setting its intervals beyond the run, so
 the links carry GSGC gossip alone, as in the paper's 30 kbit/s allocation.
 
@@ -43,9 +43,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from rpbcast import wire
+from rpbcast.core import wire
 from rpbcast.experiments.results import Experiment, Table, pyplot
-from rpbcast.gsgc import GsgcExtension, find_window
+from rpbcast.protocol.gsgc import GsgcExtension, find_window
 
 NS = 1_000_000_000
 PROTOCOL = "gsgc-paper"
@@ -115,7 +115,7 @@ class PaperGsgc(GsgcExtension):
 
 
 def _factory(config, now, rng, log=None, **kw):
-    from rpbcast.engine import Engine
+    from rpbcast.protocol.engine import Engine
     e = Engine(config, now, rng, log=log)
     e.add_extension(PaperGsgc(**kw))
     return e

@@ -12,7 +12,7 @@ per-host send/receive CPU costs, and uniform / Gilbert-Elliott loss per link
 direction or per receiving host are optional.
 
 Engines are driven exactly as the UDP transport's I/O loop drives them
-(csrc/loop.c, transport.pyx ``_on_control``): for an ``rpbcast.engine.Engine``
+(csrc/loop.c, transport.pyx ``_on_control``): for an ``rpbcast.protocol.engine.Engine``
 whose receive path is not overridden, a datagram goes straight to the C data
 plane (``rp_node_rx``) and the Python control plane runs only when the data
 plane queued control messages (``_control`` then ``_after_rx``) or a gap
@@ -32,8 +32,8 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 import numpy as np
 cimport numpy as cnp
 
-from rpbcast.node cimport Node
-from rpbcast.includes.core cimport rp_node_rx, rp_out_pending, rp_node_recv, rp_node_pending, rp_srbq_t
+from rpbcast.core.node cimport Node
+from rpbcast.core.csrc cimport rp_node_rx, rp_out_pending, rp_node_recv, rp_node_pending, rp_srbq_t
 
 cnp.import_array()
 
@@ -153,7 +153,7 @@ cdef class Core:
     cdef uint64_t *h_calls                 # Python control-plane calls per node
     cdef int64_t *h_busy_ns
     cdef PyObject **engs                   # borrowed from self.engines
-    cdef PyObject **nodes                  # borrowed from self._nodes (rpbcast.node.Node or None)
+    cdef PyObject **nodes                  # borrowed from self._nodes (rpbcast.core.node.Node or None)
     cdef readonly list engines
     cdef list _nodes
 
@@ -363,7 +363,7 @@ cdef class Core:
         self.engines[v] = engine
         node = getattr(engine, "node", None) if fast else None
         if fast and not isinstance(node, Node):
-            raise TypeError("the fast path needs engine.node to be an rpbcast.node.Node")
+            raise TypeError("the fast path needs engine.node to be an rpbcast.core.node.Node")
         self._nodes[v] = node
         self.engs[v] = <PyObject *>engine
         self.nodes[v] = <PyObject *>node
@@ -376,7 +376,7 @@ cdef class Core:
         if fast and not isinstance(self._nodes[v], Node):
             node = getattr(self.engines[v], "node", None)
             if not isinstance(node, Node):
-                raise TypeError("the fast path needs engine.node to be an rpbcast.node.Node")
+                raise TypeError("the fast path needs engine.node to be an rpbcast.core.node.Node")
             self._nodes[v] = node
             self.nodes[v] = <PyObject *>node
         self.fast[v] = fast
@@ -897,7 +897,7 @@ cdef class Core:
         if limit >= 0:
             node = getattr(self.engines[v], "node", None)
             if not isinstance(node, Node):
-                raise TypeError("a bounded delivery queue needs engine.node to be an rpbcast.node.Node")
+                raise TypeError("a bounded delivery queue needs engine.node to be an rpbcast.core.node.Node")
             self._lnodes[v] = node
             self.lnodes[v] = <PyObject *>node
         self.rx_limit[v] = limit

@@ -71,8 +71,8 @@ def engine_fast_path_ok(engine) -> bool:
     if the data plane queued control messages, or ``_after_rx(now)`` alone if
     it flagged a gap (``node.nack_pending``), and nothing otherwise."""
     try:
-        from rpbcast.engine import Engine
-        from rpbcast.node import Node
+        from rpbcast.protocol.engine import Engine
+        from rpbcast.core.node import Node
     except ImportError:                                   # pragma: no cover
         return False
     if not isinstance(getattr(engine, "node", None), Node):

@@ -14,7 +14,7 @@ with a factory and drives it through the sans-IO interface:
 number, the static member list, role "logger" with a log_dir for loggers).
 
 A baseline registers itself with ``register(name, factory, uses_logger=...,
-**config_defaults)``, or ``rpbcast.protocols.<name>`` defines ``SIM_PROTOCOL``
+**config_defaults)``, or ``rpbcast.baselines.<name>`` defines ``SIM_PROTOCOL``
 (a ``Protocol`` or a dict of its fields); ``get(name)`` imports it on first
 use.
 
@@ -41,7 +41,7 @@ class Protocol:
 
 
 def _rpbcast_factory(config, now, rng, log=None):
-    from rpbcast.engine import Engine
+    from rpbcast.protocol.engine import Engine
     return Engine(config, now, rng, log=log)
 
 
@@ -61,14 +61,14 @@ def get(name: str) -> Protocol:
     if p is not None:
         return p
     try:
-        mod = importlib.import_module(f"rpbcast.protocols.{name}")
+        mod = importlib.import_module(f"rpbcast.baselines.{name}")
     except ModuleNotFoundError as e:
-        if e.name and (e.name == f"rpbcast.protocols.{name}" or e.name == "rpbcast.protocols"):
+        if e.name and (e.name == f"rpbcast.baselines.{name}" or e.name == "rpbcast.baselines"):
             raise ValueError(f"unknown protocol {name!r} (known: {', '.join(sorted(REGISTRY))})") from None
         raise
     spec = getattr(mod, "SIM_PROTOCOL", None)
     if spec is None:
-        raise ValueError(f"rpbcast.protocols.{name} defines no SIM_PROTOCOL for the simulator")
+        raise ValueError(f"rpbcast.baselines.{name} defines no SIM_PROTOCOL for the simulator")
     if not isinstance(spec, Protocol):
         spec = Protocol(name, **spec) if isinstance(spec, dict) else Protocol(name, spec)
     REGISTRY[name] = spec

@@ -794,7 +794,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ run directory
     def _open_traces(self):
-        from rpbcast.tracefile import TraceWriter
+        from rpbcast.analysis.tracefile import TraceWriter
         for v in self.members:
             self._writers[v] = TraceWriter(self.run_dir, self.run_id, v)
 
@@ -803,7 +803,7 @@ class Simulation:
             w.add(self.engines[v].node.take_trace())
 
     def _write_run_dir(self, res):
-        from rpbcast.tracefile import write_counters, write_run_json
+        from rpbcast.analysis.tracefile import write_counters, write_run_json
         if self._writers:
             self._take_traces()
             for w in self._writers.values():

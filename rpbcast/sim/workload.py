@@ -23,7 +23,7 @@ order): the offered input is the arrival process, the accepted input what
 the engine took; `offer_times` records each message's arrival (backlog mode only).
 
 `labels="stock"` labels every message with an item of the stock-trading
-access pattern (rpbcast.workload.StockWorkload: 875 items, 25/100/750 taking
+access pattern (rpbcast.sim.stock.StockWorkload: 875 items, 25/100/750 taking
 50/40/10 % of the updates; FIFO-SRB §3.2), drawn per sender from a stream
 seeded by (seed, sender); `labels[s]` is the label of each published seq.
 """
@@ -124,7 +124,7 @@ class Publisher:
         self._left = sum(len(p) for p in self.plan.values())
         self.labels: Dict[int, Optional[list]] = {s: None for s in workload.senders}
         if workload.labels == "stock":
-            from rpbcast.workload import StockWorkload
+            from rpbcast.sim.stock import StockWorkload
             for s in workload.senders:
                 n = sum(k for _, k in self.plan[s])
                 st = StockWorkload(seed=random.Random(f"labels/{seed}/{s}").getrandbits(64))

@@ -47,7 +47,7 @@ def encode_window(frm, upto, ivs):
 
 
 def encode(intervals, frm, upto, budget):
-    """Returns (bytes, covered_upto, n) like rpbcast.digest.encode."""
+    """Returns (bytes, covered_upto, n) like rpbcast.core.digest.encode."""
     inside = clip(intervals, frm, upto)
     for k in range(len(inside), -1, -1):
         cut = upto if k == len(inside) else inside[k][0] - 1

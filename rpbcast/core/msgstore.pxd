@@ -1,0 +1,4 @@
+from rpbcast.core.csrc cimport rp_mstore_t
+
+cdef class MessageStore:
+    cdef rp_mstore_t s

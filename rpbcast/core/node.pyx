@@ -1,0 +1,686 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The Python face of a node's C data plane (``csrc/node.h``).
+
+The engine (``rpbcast/protocol/engine.py``) drives one ``Node``: it hands it whole
+datagrams, reads the control messages the data plane queued, and asks it for
+the per-message parts of control work (serving repairs, building missing
+digests).  Payload handling never creates a Python object per message on the
+batch paths (``rx_batch``, ``publish_batch``, ``recv_batch``,
+``drain_into``).
+"""
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+import numpy as np
+cimport numpy as cnp
+
+from rpbcast.core.csrc cimport *
+from rpbcast.core.logstore cimport LogStore
+
+cnp.import_array()
+
+DEST_MCAST = RP_DEST_MCAST
+SELF_SLOT = RP_SELF_SLOT
+NO_SLOT = RP_NO_SLOT
+NOLABEL = RP_SRB_NOLABEL
+
+PHASE_GOSSIP = 0
+PHASE_LOGGER = 1
+PHASE_ALL = 2
+PHASE_NEW = 3      # gossip phase, not asked for since the last full round
+
+
+def counter_names():
+    return [rp_node_counter_names[i].decode() for i in range(RP_C__COUNT)]
+
+
+_COUNTER_NAMES = counter_names()
+_TYPE_NAMES = [rp_wire_type_names[i].decode() for i in range(RP_T__COUNT)]
+_REASON_NAMES = [rp_wire_reason_names[i].decode() for i in range(RP_WR__COUNT)]
+
+
+cdef class Node:
+    """One node's data plane.  Times are int nanoseconds; addresses are
+    opaque uint64 values chosen by the driver (DEST_MCAST = the group)."""
+
+    def __cinit__(self, uint32_t group, uint32_t node_id, uint32_t inc=0, uint32_t mtu=1472,
+                  uint64_t store_bytes=64 << 20, uint64_t store_entries=1 << 20,
+                  uint64_t max_gap=1 << 32, uint64_t srb_w=0, uint32_t max_scan=65536,
+                  bint deliver_own=False, bint fifo=False, bint is_logger=False,
+                  bint no_deliver=False):
+        cdef rp_node_cfg_t cfg
+        cfg.group = group
+        cfg.id = node_id
+        cfg.inc = inc
+        cfg.mtu = mtu
+        cfg.store_bytes = store_bytes
+        cfg.store_entries = store_entries
+        cfg.max_gap = max_gap
+        cfg.srb_w = srb_w
+        cfg.max_scan = max_scan
+        cfg.deliver_own = deliver_own
+        cfg.fifo = fifo
+        cfg.is_logger = is_logger
+        cfg.no_deliver = no_deliver
+        cdef int rc = rp_node_init(&self.n, &cfg)
+        if rc == RP_EINVAL:
+            raise ValueError("invalid node configuration (mtu 48..65507, store >= 1 KiB and >= 16 entries, "
+                             "srb window <= 2**24)")
+        if rc != RP_OK:
+            raise MemoryError()
+        self.log = None
+
+    def __dealloc__(self):
+        self.n.log = NULL
+        rp_node_free(&self.n)
+
+    # ---- identity / configuration ---------------------------------------
+
+    @property
+    def group(self):
+        return self.n.group
+
+    @property
+    def node_id(self):
+        return self.n.id
+
+    @property
+    def inc(self):
+        return self.n.inc
+
+    @property
+    def mtu(self):
+        return self.n.out.mtu
+
+    def attach_log(self, LogStore log):
+        """Make this node a logger writing to ``log`` (kept alive here)."""
+        self.log = log
+        self.n.log = &log.l if log is not None else NULL
+
+    @property
+    def hold_send(self):
+        return bool(self.n.hold_send)
+
+    @hold_send.setter
+    def hold_send(self, bint v):
+        """Keep own messages until a logger acknowledges them (off when the
+        group has no logger: nothing would ever acknowledge)."""
+        self.n.hold_send = v
+        if not v:
+            rp_node_logger_ack(&self.n, self.n.next_seq)
+
+    def set_rate_limit(self, double rate, double burst=0):
+        rp_node_set_rate_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10))
+
+    def enable_trace(self, size_t capacity=1 << 16):
+        rp_trace_free(&self.n.trace)
+        if rp_trace_init(&self.n.trace, capacity) != RP_OK:
+            raise MemoryError()
+        self.n.tracing = capacity > 0
+
+    # ---- peers -----------------------------------------------------------
+
+    def peer(self, uint32_t node_id, uint32_t inc, uint64_t base=0):
+        """Slot of (node_id, inc), created with ``base`` if new."""
+        cdef int64_t s = rp_node_peer(&self.n, node_id, inc, base)
+        if s < 0:
+            raise ValueError("base out of range") if s == RP_EINVAL else MemoryError()
+        return s
+
+    def find_peer(self, uint32_t node_id, uint32_t inc):
+        cdef uint32_t s = rp_node_find_peer(&self.n, node_id, inc)
+        return None if s == RP_NO_SLOT else s
+
+    @property
+    def npeers(self):
+        return self.n.npeers
+
+    def peer_info(self, uint32_t slot):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return {
+            "slot": slot, "id": p.id, "inc": p.inc, "next": p.st.next, "base": p.st.base,
+            "contiguous": rp_seqtrack_contiguous(&p.st), "missing": p.st.missing.count,
+            "missing_logger": p.lmissing.count, "inflight": p.inflight.count,
+            "idle_seq": None if p.idle_seq == 0xFFFFFFFFFFFFFFFF else p.idle_seq,
+            "last_heard": p.last_heard, "addr": p.addr, "dead": bool(p.dead),
+            "rx_new": p.rx_new, "rx_fill": p.rx_fill, "rx_dup": p.rx_dup,
+        }
+
+    def peer_ids(self):
+        """[(slot, id, inc)] of every known sender incarnation."""
+        cdef uint32_t i
+        return [(i, self.n.peers[i].id, self.n.peers[i].inc) for i in range(self.n.npeers)]
+
+    def peer_key(self, uint32_t slot):
+        """(id, inc) of a peer slot."""
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return p.id, p.inc
+
+    def holds(self, uint32_t sender, uint32_t inc, uint64_t seq):
+        """True if this node can still serve (sender, inc, seq): in the
+        message store, or in the log of a logger."""
+        cdef uint32_t slot
+        if sender == self.n.id and inc == self.n.inc:
+            slot = RP_SELF_SLOT
+        else:
+            slot = rp_node_find_peer(&self.n, sender, inc)
+            if slot == RP_NO_SLOT:
+                return False
+        if rp_mstore_find(&self.n.store, slot, seq) >= 0:
+            return True
+        return self.n.log != NULL and rp_log_has(self.n.log, sender, inc, seq) != 0
+
+    def peer_dead(self, uint32_t slot):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return bool(p.dead)
+
+    def set_peer_dead(self, uint32_t slot):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        p.dead = 1
+
+    def mark_received(self, uint32_t slot, const uint64_t[::1] seqs not None):
+        """Record seqs as received without a payload (a logger rebuilding its
+        trackers from its log after a restart)."""
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        out = np.empty(seqs.shape[0], np.uint8)
+        cdef uint8_t[::1] o = out
+        if seqs.shape[0]:
+            rp_seqtrack_accept_batch(&p.st, &seqs[0], seqs.shape[0], &o[0])
+        return int((out == 1).sum() + (out == 2).sum())
+
+    def peer_next(self, uint32_t slot):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return p.st.next
+
+    def peer_contiguous(self, uint32_t slot):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return rp_seqtrack_contiguous(&p.st)
+
+    def peer_received(self, uint32_t slot, uint64_t seq):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return bool(rp_seqtrack_received(&p.st, seq))
+
+    def peer_missing_count(self, uint32_t slot, int phase=PHASE_ALL):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        if phase == PHASE_LOGGER:
+            return p.lmissing.count
+        if phase == PHASE_GOSSIP:
+            return p.st.missing.count - p.lmissing.count
+        return p.st.missing.count
+
+    def total_missing(self):
+        cdef uint64_t k = 0
+        cdef uint32_t i
+        for i in range(self.n.npeers):
+            k += self.n.peers[i].st.missing.count
+        return k
+
+    # ---- receive ---------------------------------------------------------
+
+    def rx(self, const uint8_t[::1] data not None, uint64_t src, int64_t now):
+        """Process one datagram; returns the decoder reason (0 = accepted)."""
+        cdef uint8_t z = 0
+        return rp_node_rx(&self.n, &data[0] if data.shape[0] else &z, data.shape[0], src, now)
+
+    def rx_batch(self, const uint8_t[::1] buf not None, const uint32_t[::1] offs not None,
+                 const uint32_t[::1] lens not None, const uint64_t[::1] srcs not None, int64_t now):
+        """Process datagrams laid out in one buffer; returns how many were
+        rejected."""
+        cdef size_t i, k = offs.shape[0]
+        cdef int bad = 0
+        if lens.shape[0] != k or srcs.shape[0] != k:
+            raise ValueError("offs, lens and srcs must have the same length")
+        for i in range(k):
+            if <size_t>offs[i] + lens[i] > <size_t>buf.shape[0]:
+                raise ValueError("datagram outside the buffer")
+        with nogil:
+            for i in range(k):
+                if rp_node_rx(&self.n, &buf[offs[i]], lens[i], srcs[i], now) != 0:
+                    bad += 1
+        return bad
+
+    @property
+    def nctl(self):
+        return self.n.nctl
+
+    def take_control(self):
+        """The queued control messages as tuples
+        (type, flags, sender, inc, aux, seq, body, source, source_inc, src_addr);
+        the queue is cleared.  Call before the next rx."""
+        cdef size_t i
+        cdef rp_ctl_t *c
+        out = []
+        for i in range(self.n.nctl):
+            c = &self.n.ctl[i]
+            out.append((c.type, c.flags, c.sender, c.inc, c.aux, c.seq,
+                        c.body[:c.len] if c.len else b"", c.source, c.source_inc, c.src_addr))
+        rp_node_ctl_clear(&self.n)
+        return out
+
+    def infer_idle(self, int64_t now, int64_t silent_ns):
+        """Streams silent here for silent_ns: their latest seq enters the
+        heartbeat signature as an idle entry.  Returns how many."""
+        return rp_node_infer_idle(&self.n, now, silent_ns)
+
+    def heartbeat(self, uint32_t slot, uint64_t seq, bint idle, int64_t now):
+        cdef int64_t r = rp_node_heartbeat(&self.n, slot, seq, idle, now)
+        if r < 0:
+            raise IndexError(slot)
+        return r
+
+    @property
+    def nack_pending(self):
+        return self.n.nack_pending
+
+    def clear_nack(self):
+        self.n.nack_pending = 0
+
+    # ---- send ------------------------------------------------------------
+
+    def publish(self, const uint8_t[::1] payload not None, label=None, int64_t now=0):
+        """Publish one message; returns its seq.  Raises BlockingIOError on
+        back-pressure (send buffer or FIFO-SRB window full), ValueError if it
+        cannot fit one datagram."""
+        cdef uint64_t lab = RP_SRB_NOLABEL if label is None else <uint64_t>label
+        cdef uint8_t z = 0
+        if label is not None and lab == RP_SRB_NOLABEL:
+            raise ValueError("label 2**64-1 is reserved")
+        cdef int64_t r = rp_node_publish(&self.n, &payload[0] if payload.shape[0] else &z,
+                                         payload.shape[0], lab, now)
+        if r == RP_EFULL:
+            raise BlockingIOError("back-pressure: send buffer or window full")
+        if r == RP_EINVAL:
+            raise ValueError(f"message of {payload.shape[0]} bytes does not fit the MTU ({self.n.out.mtu})")
+        if r == RP_EIO:
+            raise OSError("this logger could not log its own message (see counter log_errors); nothing was sent")
+        if r < 0:
+            raise MemoryError()
+        return r
+
+    def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
+                      labels=None, int64_t now=0):
+        """Publish len(lens) messages laid out back to back; returns how many
+        went out (fewer on back-pressure, or on a logger whose log refused
+        a write: counter log_errors)."""
+        cdef size_t k = lens.shape[0], i, total = 0
+        for i in range(k):
+            total += lens[i]
+        if total > <size_t>payloads.shape[0]:
+            raise ValueError("lens add up to more than the payload buffer")
+        cdef const uint64_t[::1] lab
+        cdef const uint64_t *lp = NULL
+        if labels is not None:
+            lab = labels
+            if <size_t>lab.shape[0] != k:
+                raise ValueError("labels must have one entry per message")
+            lp = &lab[0] if k else NULL
+        cdef uint8_t z = 0
+        cdef size_t done
+        with nogil:
+            done = rp_node_publish_batch(&self.n, &payloads[0] if payloads.shape[0] else &z,
+                                         &lens[0] if k else NULL, lp, k, now)
+        return done
+
+    def send_heartbeat(self, bint idle=True):
+        return rp_node_send_heartbeat(&self.n, idle)
+
+    def logger_ack(self, uint64_t upto):
+        return rp_node_logger_ack(&self.n, upto)
+
+    @property
+    def next_seq(self):
+        return self.n.next_seq
+
+    @property
+    def acked(self):
+        return self.n.acked
+
+    @property
+    def last_publish(self):
+        return self.n.last_publish
+
+    # ---- repair ----------------------------------------------------------
+
+    def serve(self, uint32_t sender, uint32_t inc, intervals, uint64_t dest, bint from_logger=False,
+              int64_t now=0, bint want_gc=True):
+        """Serve a request for ``intervals`` ((n,2) uint64) of (sender, inc)
+        to dest.  Returns (repairs queued, GcNOTE intervals as a list)."""
+        a = np.ascontiguousarray(intervals, dtype=np.uint64).reshape(-1, 2)
+        cdef const uint64_t[:, ::1] v = a
+        cdef rp_iset_t gc
+        cdef size_t served
+        cdef uint32_t i
+        if rp_iset_init(&gc, 8, 0) != RP_OK:
+            raise MemoryError()
+        try:
+            served = rp_node_serve(&self.n, sender, inc,
+                                   <const rp_ival_t *>&v[0, 0] if a.shape[0] else NULL, a.shape[0],
+                                   dest, from_logger, &gc if want_gc else NULL, now)
+            return served, [(gc.v[i].lo, gc.v[i].hi) for i in range(gc.n)]
+        finally:
+            rp_iset_free(&gc)
+
+    def missing(self, uint32_t slot, int phase=PHASE_GOSSIP, uint64_t frm=0,
+                uint64_t upto=0xFFFFFFFFFFFFFFFF, size_t max_intervals=1 << 16):
+        """Missing ids of a peer in a phase, as an (n,2) uint64 array."""
+        out = np.empty((max_intervals, 2), dtype=np.uint64)
+        cdef uint64_t[:, ::1] o = out
+        cdef size_t k = rp_node_missing(&self.n, slot, phase, frm, upto,
+                                        <rp_ival_t *>&o[0, 0] if max_intervals else NULL,
+                                        max_intervals)
+        return out[:k]
+
+    def missing_digest(self, uint32_t slot, int phase, size_t budget, uint64_t frm=0,
+                       uint64_t upto=0xFFFFFFFFFFFFFFFF):
+        """Digest of a peer's missing ids in a phase within [frm, upto], at
+        most ``budget`` bytes.  Returns (digest bytes, covered_upto, n_ids)
+        or (b"", None, 0) when nothing is missing there."""
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        if upto >= p.st.next:
+            if p.st.next == 0:
+                return b"", None, 0
+            upto = p.st.next - 1
+        if frm > upto:
+            return b"", None, 0
+        cdef size_t cap = 4096
+        cdef rp_ival_t *iv = <rp_ival_t *>malloc(cap * sizeof(rp_ival_t))
+        cdef uint8_t *buf = <uint8_t *>malloc(budget if budget else 1)
+        cdef size_t k, w, nout = 0, i
+        cdef uint64_t cov = 0, nids = 0
+        if iv == NULL or buf == NULL:
+            free(iv)
+            free(buf)
+            raise MemoryError()
+        try:
+            k = rp_node_missing(&self.n, slot, phase, frm, upto, iv, cap)
+            if k == 0:
+                return b"", None, 0
+            if k == cap:
+                upto = iv[k - 1].hi      # window ends where the intervals we hold end
+            w = rp_digest_encode(iv, k, frm, upto, buf, budget, &cov, &nout)
+            if w == 0:
+                return b"", None, 0
+            for i in range(nout):
+                nids += iv[i].hi - iv[i].lo + 1
+            return buf[:w], cov, nids
+        finally:
+            free(iv)
+            free(buf)
+
+    def mark_inflight(self, uint32_t slot, uint64_t lo, uint64_t hi):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        rp_iset_add(&p.inflight, lo, hi)
+
+    def clear_inflight(self):
+        cdef uint32_t i
+        for i in range(self.n.npeers):
+            rp_iset_clear(&self.n.peers[i].inflight)
+
+    def to_logger_phase(self, uint32_t slot, uint64_t lo, uint64_t hi):
+        return rp_node_to_logger_phase(&self.n, slot, lo, hi)
+
+    def forget(self, uint32_t slot, uint64_t lo, uint64_t hi):
+        return rp_node_forget(&self.n, slot, lo, hi)
+
+    def gossip_cursor(self, uint32_t slot):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return p.gossip_cursor
+
+    def set_gossip_cursor(self, uint32_t slot, uint64_t v):
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        p.gossip_cursor = v
+
+    def stable(self, uint32_t slot, uint64_t below):
+        """Stability: every seq < below of slot (SELF_SLOT: our own stream)
+        reached every live member; release them from the gossip and send
+        buffers.  Returns entries released."""
+        return rp_node_stable(&self.n, slot, below)
+
+    # ---- FIFO-SRB ------------------------------------------------------------
+
+    def srb_safe(self, uint32_t slot, uint64_t upto):
+        """Every seq < upto of slot (SELF_SLOT: ours) is safe (held by more
+        than f members): purge the obsolete messages it supersedes (TP5).
+        Returns messages purged."""
+        return rp_node_srb_safe(&self.n, slot, upto)
+
+    def srb_stable(self, uint64_t upto):
+        """Every own seq < upto reached every member: it leaves the window."""
+        return rp_node_srb_stable(&self.n, upto)
+
+    def srb_purged(self, uint32_t slot, uint64_t seq, uint64_t sup, int64_t now=0):
+        return bool(rp_node_srb_purged(&self.n, slot, seq, sup, now))
+
+    def srb_window(self, uint32_t slot, uint64_t low, int64_t now=0):
+        return rp_node_srb_window(&self.n, slot, low, now)
+
+    def srb_purged_by(self, uint32_t sender, uint32_t inc, uint64_t seq):
+        cdef uint64_t sup = 0
+        return sup if rp_node_srb_purged_by(&self.n, sender, inc, seq, &sup) else None
+
+    @property
+    def srb_state(self):
+        """(low, next, safe, stable) of our FIFO-SRB window, or None."""
+        if self.n.srbw == NULL:
+            return None
+        return (self.n.srbw.low, self.n.srbw.next, self.n.srbw.safe, self.n.srbw.stable)
+
+    def set_conflate(self, int mode):
+        """0 off; 1: keep the latest value per (sender, label); 2: also stop
+        queueing labelled messages for delivery (read them via latest())."""
+        if mode not in (0, 1, 2):
+            raise ValueError("conflate mode is 0, 1 or 2")
+        if mode and not self.n.conflate:
+            if rp_conflate_init(&self.n.latest) != RP_OK:
+                raise MemoryError()
+        elif not mode and self.n.conflate:
+            rp_conflate_free(&self.n.latest)
+        self.n.conflate = mode
+
+    def latest(self, uint64_t label, sender=None):
+        """(sender, inc, seq, payload bytes, t) of the newest value of label
+        (from `sender`, or the newest over all senders), or None."""
+        if not self.n.conflate:
+            raise ValueError("conflation is off: set_conflate(1) first")
+        cdef uint32_t i
+        cdef rp_cval_t *v
+        best = None
+        if sender is not None:
+            k = rp_conflate_find(&self.n.latest, sender, label)
+            if k < 0:
+                return None
+            v = &self.n.latest.v[k]
+            return (v.sender, v.inc, v.seq, v.buf[:v.len] if v.len else b"", v.t)
+        for i in range(self.n.latest.n):
+            v = &self.n.latest.v[i]
+            if v.label == label and (best is None or v.t > best[4]):
+                best = (v.sender, v.inc, v.seq, v.buf[:v.len] if v.len else b"", v.t)
+        return best
+
+    def snapshot(self):
+        """{(sender, label): (inc, seq, payload)} of every latest value."""
+        if not self.n.conflate:
+            raise ValueError("conflation is off: set_conflate(1) first")
+        cdef uint32_t i
+        cdef rp_cval_t *v
+        out = {}
+        for i in range(self.n.latest.n):
+            v = &self.n.latest.v[i]
+            out[(v.sender, v.label)] = (v.inc, v.seq, v.buf[:v.len] if v.len else b"")
+        return out
+
+    def round(self, uint32_t gclimit, uint64_t max_bytes=0):
+        """One gossip round: age the gossip buffer.  Returns entries dropped."""
+        return rp_node_round(&self.n, gclimit, max_bytes)
+
+    @property
+    def rounds(self):
+        return self.n.round
+
+    # ---- heartbeat signature ---------------------------------------------
+
+    @property
+    def hb_signature(self):
+        return self.n.hbsig.sig
+
+    def idle_entries(self):
+        """[(id, inc, seq)] of senders known idle (self included): the
+        heartbeat list the signature covers."""
+        out = []
+        cdef uint32_t i
+        cdef rp_peer_t *p
+        if self.n.hbsig.cap and self.n.hbsig.present[0] and self.n.next_seq:
+            out.append((self.n.id, self.n.inc, self.n.next_seq - 1))
+        for i in range(self.n.npeers):
+            p = self.n.peers[i]
+            if p.idle_seq != 0xFFFFFFFFFFFFFFFF:
+                out.append((p.id, p.inc, p.idle_seq))
+        return out
+
+    # ---- delivery --------------------------------------------------------
+
+    @property
+    def pending(self):
+        return rp_node_pending(&self.n)
+
+    def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, int64_t now=0):
+        """Deliver up to max_n messages: payloads back to back into ``buf``.
+        Returns (count, senders, incs, seqs, labels, rx_times, offs, lens) as
+        NumPy arrays of length count."""
+        senders = np.empty(max_n, np.uint32)
+        incs = np.empty(max_n, np.uint32)
+        seqs = np.empty(max_n, np.uint64)
+        labels = np.empty(max_n, np.uint64)
+        times = np.empty(max_n, np.int64)
+        offs = np.empty(max_n, np.uint32)
+        lens = np.empty(max_n, np.uint32)
+        cdef uint32_t[::1] s_ = senders, i_ = incs, o_ = offs, l_ = lens
+        cdef uint64_t[::1] q_ = seqs, b_ = labels
+        cdef int64_t[::1] t_ = times
+        cdef size_t k = 0
+        if max_n:
+            with nogil:
+                k = rp_node_recv(&self.n, max_n, &s_[0], &i_[0], &q_[0], &b_[0], &t_[0], &o_[0], &l_[0],
+                                 &buf[0] if buf.shape[0] else NULL, buf.shape[0], now)
+        return k, senders[:k], incs[:k], seqs[:k], labels[:k], times[:k], offs[:k], lens[:k]
+
+    # ---- output ----------------------------------------------------------
+
+    def emit(self, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender, uint32_t inc,
+             uint32_t aux, uint64_t seq, const uint8_t[::1] body not None):
+        """Queue one control message (built by the control plane)."""
+        cdef size_t n = body.shape[0]
+        cdef uint8_t *p = rp_out_msg(&self.n.out, dest, type, flags, sender, inc, aux, seq, n)
+        if p == NULL:
+            raise ValueError(f"a {n}-byte body does not fit the MTU ({self.n.out.mtu})")
+        if n:
+            memcpy(p, &body[0], n)
+        self.n.msgs_out[type] += 1
+        self.n.bytes_out[type] += RP_MSG_HDR + n
+
+    def room(self, uint64_t dest):
+        return rp_out_room(&self.n.out, dest)
+
+    @property
+    def out_pending(self):
+        return rp_out_pending(&self.n.out)
+
+    def datagrams(self):
+        """Finished datagrams as [(dest, bytes)], clearing the outbox."""
+        rp_out_flush(&self.n.out)
+        cdef size_t i
+        out = [(self.n.out.d[i].dest, self.n.out.buf[self.n.out.d[i].off:self.n.out.d[i].off + self.n.out.d[i].len])
+               for i in range(self.n.out.n)]
+        rp_out_clear(&self.n.out)
+        return out
+
+    # ---- counters --------------------------------------------------------
+
+    def counters(self):
+        cdef int i
+        d = {_COUNTER_NAMES[i]: self.n.c[i] for i in range(RP_C__COUNT)}
+        d["store_bytes"] = rp_mstore_bytes_used(&self.n.store)
+        d["store_entries"] = rp_mstore_count(&self.n.store)
+        d["gossip_buffer_bytes"] = self.n.store.gossip_bytes
+        d["gossip_buffer_entries"] = self.n.store.gossip_count
+        d["store_evicted"] = self.n.store.n_evicted
+        d["out_dgrams"] = self.n.out.n_dgrams
+        d["out_bytes"] = self.n.out.n_bytes
+        d["trace_dropped"] = self.n.trace.dropped
+        return d
+
+    @property
+    def logged(self):
+        """Records this logger appended to its log."""
+        return self.n.c[RP_C_LOGGED]
+
+    def rx_reasons(self):
+        cdef int i
+        return {_REASON_NAMES[i]: self.n.rx_reason[i] for i in range(1, RP_WR__COUNT)
+                if self.n.rx_reason[i]}
+
+    def traffic(self):
+        """{type name: (msgs in, bytes in, msgs out, bytes out)}."""
+        cdef int i
+        return {_TYPE_NAMES[i]: (self.n.msgs_in[i], self.n.bytes_in[i], self.n.msgs_out[i],
+                                 self.n.bytes_out[i])
+                for i in range(RP_T__COUNT)
+                if self.n.msgs_in[i] or self.n.msgs_out[i]}
+
+    def trace_event(self, int64_t t, uint8_t ev, uint32_t sender, uint32_t inc, uint64_t seq,
+                    uint32_t size, uint64_t peer, uint32_t aux):
+        """Record a control-plane event (no-op unless tracing)."""
+        if self.n.tracing:
+            rp_trace(&self.n.trace, t, ev, sender, inc, seq, size, peer, aux)
+
+    @property
+    def tracing(self):
+        return bool(self.n.tracing)
+
+    def take_trace(self):
+        """Recorded trace events as a dict of NumPy columns; clears them.  A
+        row stands for `count` consecutive ids seq .. seq + count - 1
+        (docs/traces.md)."""
+        cdef size_t k = self.n.trace.n
+        cdef rp_trace_t *tr = &self.n.trace
+        if k == 0:
+            return None
+        d = {
+            "t_ns": np.array(<int64_t[:k]>tr.t, copy=True),
+            "event": np.array(<uint8_t[:k]>tr.ev, copy=True),
+            "sender": np.array(<uint32_t[:k]>tr.sender, copy=True),
+            "inc": np.array(<uint32_t[:k]>tr.inc, copy=True),
+            "seq": np.array(<uint64_t[:k]>tr.seq, copy=True),
+            "size": np.array(<uint32_t[:k]>tr.size, copy=True),
+            "peer": np.array(<uint64_t[:k]>tr.peer, copy=True),
+            "aux": np.array(<uint32_t[:k]>tr.aux, copy=True),
+            "count": np.array(<uint32_t[:k]>tr.count, copy=True),
+        }
+        rp_trace_clear(tr)
+        return d

@@ -1,4 +1,0 @@
-from rpbcast.includes.core cimport rp_mstore_t
-
-cdef class MessageStore:
-    cdef rp_mstore_t s

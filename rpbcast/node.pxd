@@ -1,5 +1,0 @@
-from rpbcast.includes.core cimport rp_node_t
-
-cdef class Node:
-    cdef rp_node_t n
-    cdef object log

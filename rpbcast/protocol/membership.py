@@ -1,0 +1,166 @@
+"""Approximate membership (thesis §5.3).
+
+Each node keeps a member table; entries merge by freshness (the newest
+incarnation, then the newest freshness counter, wins).  The table is
+summarised by a hashed signature carried in every gossip; when signatures
+differ the target answers with its list and the gossiper merges it and
+pushes back what the target is missing.
+
+Joining: a node multicasts JOIN until k members (sponsors) answer with a
+list that holds it as a member (a logger's answer alone suffices, the
+bootstrap shortcut).  The first sponsor's heartbeat vector is the join time
+t_join: the joiner is responsible for messages after it.  Leaving mirrors
+joining.  Sending never waits for any of this.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from rpbcast.core.signature import Signature
+
+NOT_MEMBER = 0
+MEMBER = 1
+PENDING_JOIN = 2
+PENDING_LEAVE = 3
+DISCONNECTED = 4
+STATUS_NAMES = {NOT_MEMBER: "not_member", MEMBER: "member", PENDING_JOIN: "pending_join",
+                PENDING_LEAVE: "pending_leave", DISCONNECTED: "disconnected"}
+
+ROLE_MEMBER = 0
+ROLE_LOGGER = 1
+
+MEMBERSHIP_SEED = 0x6D656D6265727331  # "members1"
+
+
+@dataclass
+class Member:
+    node_id: int
+    inc: int
+    status: int
+    role: int
+    addr: int
+    rank: int
+    freshness: int
+    lastseq: int = 0
+    # local knowledge, not gossiped
+    last_heard: int = 0
+    rtt: Optional[float] = None     # seconds, EWMA
+
+    def key(self):
+        return (self.inc, self.freshness)
+
+    @property
+    def is_logger(self):
+        return self.role == ROLE_LOGGER
+
+
+def addr_to_wire(addr: int):
+    """Opaque 64-bit address -> (ipv4 u32, port u16) of a member entry."""
+    return (addr >> 16) & 0xFFFFFFFF, addr & 0xFFFF
+
+
+def wire_to_addr(ipv4: int, port: int) -> int:
+    return (ipv4 << 16) | port
+
+
+class MemberTable:
+    """The members this node knows, with the membership signature."""
+
+    def __init__(self, self_id: int):
+        self.self_id = self_id
+        self.members: Dict[int, Member] = {}
+        self._slots: Dict[int, int] = {}
+        self._sig = Signature(MEMBERSHIP_SEED)
+        self.version = 0            # bumps on every change (cheap cache key)
+        self._live_cache = None
+        # on_status(member): a member appeared or changed status (the engine
+        # records it as a trace event)
+        self.on_status = None
+
+    # -- signature ---------------------------------------------------------
+    def _resign(self, m: Member):
+        slot = self._slots.setdefault(m.node_id, len(self._slots))
+        # What the signature covers: who, which incarnation, in what state.
+        self._sig.set(slot, m.node_id, m.inc, (m.freshness << 8) | (m.status << 4) | m.role)
+        self.version += 1
+
+    @property
+    def signature(self) -> int:
+        return self._sig.value
+
+    # -- queries -----------------------------------------------------------
+    def get(self, node_id) -> Optional[Member]:
+        return self.members.get(node_id)
+
+    def __contains__(self, node_id):
+        return node_id in self.members
+
+    def __len__(self):
+        return len(self.members)
+
+    def _live(self):
+        """Members other than self that are in the group (cached per version:
+        the engine asks many times per round)."""
+        if self._live_cache is None or self._live_cache[0] != self.version:
+            live = [m for m in self.members.values()
+                    if m.node_id != self.self_id and m.status in (MEMBER, PENDING_LEAVE)]
+            self._live_cache = (self.version, live, [m for m in live if m.is_logger])
+        return self._live_cache
+
+    def active(self, now: int = 0, timeout_ns: int = 0):
+        """Members (not self) that can be gossip targets."""
+        live = self._live()[1]
+        if not timeout_ns:
+            return list(live)
+        return [m for m in live if not (m.last_heard and now - m.last_heard > timeout_ns)]
+
+    def loggers(self):
+        return list(self._live()[2])
+
+    def current(self):
+        """Members whose acknowledgment a logger waits for (§5.2)."""
+        return [m for m in self.members.values() if m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
+
+    def entries(self):
+        return list(self.members.values())
+
+    # -- updates -----------------------------------------------------------
+    def upsert(self, m: Member) -> bool:
+        """Merge one entry by freshness; returns True if it changed the table."""
+        cur = self.members.get(m.node_id)
+        if cur is not None and cur.key() >= m.key():
+            if cur.key() == m.key() and (cur.addr != m.addr and m.addr):
+                cur.addr = m.addr
+                self.version += 1
+            return False
+        if cur is not None:
+            # keep local observations
+            m.last_heard = max(m.last_heard, cur.last_heard)
+            m.rtt = cur.rtt if m.rtt is None else m.rtt
+            if m.rank < 0:
+                m.rank = cur.rank
+        self.members[m.node_id] = m
+        self._resign(m)
+        if self.on_status is not None and (cur is None or cur.status != m.status or cur.inc != m.inc):
+            self.on_status(m)
+        return True
+
+    def set_status(self, node_id: int, status: int):
+        m = self.members.get(node_id)
+        if m is not None and m.status != status:
+            m.status = status
+            self._resign(m)
+            if self.on_status is not None:
+                self.on_status(m)
+
+    def heard(self, node_id: int, now: int):
+        m = self.members.get(node_id)
+        if m is not None:
+            m.last_heard = now
+
+    def behind(self, other: Dict[int, tuple]):
+        """Entries where a peer's view (node_id -> (inc, freshness)) is older
+        than ours: what to push back."""
+        return [m for m in self.members.values()
+                if m.node_id not in other or other[m.node_id] < m.key()]

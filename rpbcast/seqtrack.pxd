@@ -1,4 +1,0 @@
-from rpbcast.includes.core cimport rp_seqtrack_t
-
-cdef class SeqTracker:
-    cdef rp_seqtrack_t st

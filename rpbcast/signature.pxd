@@ -1,4 +1,0 @@
-from rpbcast.includes.core cimport rp_sigvec_t
-
-cdef class Signature:
-    cdef rp_sigvec_t v
