@@ -178,8 +178,9 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
             }
             /* Control bodies point into the receive buffers: hand them over
              * before the next batch reuses them. */
-            if (n->nctl && l->control) {
-                l->next_timer = l->control(l->ctx, now, RP_WHY_CTL | (n->nack_pending ? RP_WHY_NACK : 0));
+            if ((n->nctl || l->every_rx) && l->control) {
+                l->next_timer = l->control(l->ctx, now, (n->nctl ? RP_WHY_CTL : 0) | RP_WHY_RX |
+                                                        (n->nack_pending ? RP_WHY_NACK : 0));
                 l->n_control++;
             }
             if ((uint32_t)r < l->rx.cap)

@@ -24,6 +24,7 @@ typedef int64_t (*rp_control_fn)(void *ctx, int64_t now, int why);
 #define RP_WHY_CTL   1
 #define RP_WHY_TIMER 2
 #define RP_WHY_NACK  4
+#define RP_WHY_RX    8      /* a batch arrived (only with every_rx) */
 
 typedef struct {
     rp_node_t *node;
@@ -39,6 +40,8 @@ typedef struct {
     int app_fd;              /* eventfd: tells the application deliveries wait */
     volatile int stop;
     int busy_poll;
+    int every_rx;            /* call control after every received batch (the
+                              * engine's driver_needs.every_rx) */
     uint32_t max_batches;    /* receive batches per socket per iteration */
     rp_control_fn control;
     void *ctx;

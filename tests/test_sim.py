@@ -121,6 +121,22 @@ def test_reproducible_across_processes_and_hash_seeds():
         assert out == [here["delivery_hash"], here["state_hash"]]
 
 
+@pytest.mark.parametrize("extra", [{"srb_window": 8, "delivery": "fifo"}, {"fsync": "always"}], ids=["fifo-srb", "fsync-always"])
+def test_fast_receive_path_is_equivalent_with_extensions_and_a_syncing_logger(extra):
+    """The driver contract, not class identity, decides the fast path: an
+    engine with an extension (FIFO-SRB) or a logger that syncs after every
+    batch (every_rx) runs the C path and still matches receive_datagram."""
+    p = dict(SMALL, loss=0.05, seed=7, **extra)
+    fast, slow = Simulation(dict(p, fast_rx=True)), Simulation(dict(p, fast_rx=False))
+    assert all(fast.net.core.is_fast(v) for v in fast.members)
+    if "fsync" in extra:
+        assert any(e.driver_needs.every_rx for e in fast.engines.values())
+    rf, rs = fast.run(), slow.run()
+    assert rf["fast_rx"] > 0 and rs["fast_rx"] == 0
+    assert rf["delivery_hash"] == rs["delivery_hash"]
+    assert fast.per_counters == slow.per_counters
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_fast_receive_path_is_equivalent_to_receive_datagram(protocol):
     """The C data-plane path (as the UDP transport drives engines) gives the
@@ -129,7 +145,7 @@ def test_fast_receive_path_is_equivalent_to_receive_datagram(protocol):
     fast, slow = Simulation(dict(p, fast_rx=True)), Simulation(dict(p, fast_rx=False))
     if not any(fast.net.core.is_fast(v) for v in fast.members):
         assert protocol != "rpbcast"
-        pytest.skip(f"{protocol} engines do not opt into the C receive path (sim_fast_rx)")
+        pytest.skip(f"{protocol} engines receive through receive_datagram (driver_needs)")
     rf, rs = fast.run(), slow.run()
     assert rf["fast_rx"] > 0 and rf["slow_rx"] < rf["fast_rx"]
     assert rs["fast_rx"] == 0 and rs["slow_rx"] > 0

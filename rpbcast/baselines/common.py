@@ -21,7 +21,7 @@ import numpy as np
 from rpbcast.core import wire
 from rpbcast.config import Config, ConfigError
 from rpbcast.core.digest import encode as digest_encode
-from rpbcast.protocol.engine import NS, Engine
+from rpbcast.protocol.engine import NS, DriverNeeds, Engine
 from rpbcast.protocol.membership import MEMBER
 from rpbcast.protocol.selection import weights
 
@@ -174,12 +174,11 @@ class BaselineEngine(Engine):
     protocol = "baseline"
     Params = None
     STATS = ()                # protocol counters, added to counters()
-    # True when receive_datagram(data, addr, now) is exactly: node.rx(...);
-    # then _control + _after_rx if control messages were queued, else
-    # _after_rx if a gap was seen; and a datagram that does neither changes
-    # nothing get_timer depends on.  A driver may then run the receive path
-    # in C (the UDP transport's loop, rpbcast.sim's fast path).
-    FAST_RX_EQUIVALENT = True
+    # The driver contract (Engine.driver_needs): receive_datagram is node.rx
+    # and then on_data_plane, as in the rpbcast engine, and _after_rx does
+    # nothing for a datagram that neither queued control nor flagged a gap.
+    # A subclass that looks into data datagrams says otherwise.
+    DATA_PLANE_RX = True
     _handlers = {}
 
     def __init__(self, config: Config, now: int, rng=None, log=None, **params):
@@ -190,6 +189,10 @@ class BaselineEngine(Engine):
         self.status = MEMBER
         self.stats = {k: 0 for k in self.STATS}
         self._now = now
+
+    @property
+    def driver_needs(self) -> DriverNeeds:
+        return DriverNeeds(data_plane_rx=self.DATA_PLANE_RX, every_rx=False)
 
     def _bump(self, name, k=1):
         self.stats[name] = self.stats.get(name, 0) + k

@@ -83,7 +83,10 @@ class LbrmEngine(BaselineEngine):
 
     def get_timer(self) -> int:
         self._hb_sync()
-        t = [self._now + 3600 * NS]
+        # The cache round is a timer of its own: running it only when some
+        # other timer fired made the store's contents depend on when the
+        # driver happened to call in.
+        t = [self._next_cache]
         for x in (self._hb_next, self.next_rtx, self.next_nack):
             if x is not None:
                 t.append(x)

@@ -75,7 +75,7 @@ class SrmParams:
 class SrmEngine(BaselineEngine):
     protocol = "srm"
     Params = SrmParams
-    FAST_RX_EQUIVALENT = False      # it looks into repair datagrams (receive_datagram)
+    DATA_PLANE_RX = False      # it looks into repair datagrams (receive_datagram)
     STATS = ("nacks_sent", "nack_ids", "nacks_suppressed", "repairs_sent", "repairs_suppressed",
              "session_sent")
 

@@ -492,11 +492,13 @@ cdef extern from "loop.h" nogil:
         RP_WHY_CTL
         RP_WHY_TIMER
         RP_WHY_NACK
+        RP_WHY_RX
     ctypedef struct rp_loop_t:
         rp_node_t *node
         int app_fd
         int stop
         int busy_poll
+        int every_rx
         uint32_t max_batches
         rp_control_fn control
         void *ctx

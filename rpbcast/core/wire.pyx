@@ -236,6 +236,22 @@ def lastseen_section(entries):
     return section(Section.LASTSEEN, b"".join(_HB.pack(*e) for e in entries))
 
 
+def read_lastseen(data):
+    """A LASTSEEN section's entries: [(sender, inc, frontier)]."""
+    return [_HB.unpack_from(data, o) for o in range(0, len(data) - len(data) % 16, 16)]
+
+
+def first_type(data):
+    """Type of the first message of a well-formed datagram, or None."""
+    cdef const uint8_t[::1] d = data
+    cdef rp_dghdr_t h
+    cdef rp_msgview_t m
+    cdef int r = rp_wire_parse(&d[0] if d.shape[0] else NULL, d.shape[0], RP_WIRE_MAX_DGRAM, &h, &m, 1)
+    if r != 0 or h.count == 0:
+        return None
+    return m.type
+
+
 def stability_section(uint64_t round_, senders, M, S, W, uint32_t n):
     """senders: [(sender, inc)], M/S: per sender, W: bitmap words of n bits."""
     m = len(senders)
@@ -310,8 +326,8 @@ def hb_entries(entries):
     return b"".join(_HB.pack(*e) for e in entries)
 
 
-def read_hb_entries(bytes body):
-    return [_HB.unpack_from(body, o) for o in range(0, len(body), 16)]
+def read_hb_entries(body):
+    return [_HB.unpack_from(body, o) for o in range(0, len(body) - len(body) % 16, 16)]
 
 
 def member_entry(m):
@@ -341,5 +357,6 @@ def purged_pairs(pairs):
     return b"".join(struct.pack("<QQ", s, by) for s, by in pairs)
 
 
-def read_purged_pairs(bytes body):
-    return [struct.unpack_from("<QQ", body, o) for o in range(0, len(body), 16)]
+def read_purged_pairs(body):
+    """A PURGED body: [(seq, superseded by)]."""
+    return [struct.unpack_from("<QQ", body, o) for o in range(0, len(body) - len(body) % 16, 16)]

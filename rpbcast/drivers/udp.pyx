@@ -113,12 +113,17 @@ cdef class Transport:
                 raise SocketError(-rc, stage.decode(), f"multicast socket {_fmt(group_ip, group_port)}")
             self.have_mrx = True
         self.mcast_addr = (<uint64_t>group_ip << 16) | group_port
+        needs = engine.driver_needs
+        if not needs.data_plane_rx:
+            raise ValueError(f"{type(engine).__name__} must receive through receive_datagram "
+                             f"(driver_needs.data_plane_rx is False): the C loop cannot drive it")
         self.node = engine.node
         rc = rp_loop_init(&self.loop, &self.node.n, &self.mrx if self.have_mrx else NULL, &self.uc,
                           self.mcast_addr, rx_batch, busy_poll)
         if rc < 0:
             raise MemoryError() if rc == RP_ENOMEM else OSError(-rc, "loop init failed")
         self.loop_ok = True
+        self.loop.every_rx = needs.every_rx
         self.loop.control = _control_cb
         self.loop.ctx = <void *>self
         self.loop.idle_after_ns = int(engine.cfg.idle_after * 1e9)
@@ -205,15 +210,11 @@ cdef class Transport:
 
     def _on_control(self, int64_t now, int why):
         e = self.engine
-        if why & RP_WHY_CTL:
-            e._control(now)
-        if why & (RP_WHY_CTL | RP_WHY_NACK):
-            e._after_rx(now)
-        if why & RP_WHY_TIMER:
-            e.handle_timer(now)
+        t = e.on_data_plane(now, control=bool(why & RP_WHY_CTL), gap=bool(why & RP_WHY_NACK),
+                            timer=bool(why & RP_WHY_TIMER), rx=bool(why & RP_WHY_RX))
         if self.fanout and self._fan_version != e.members.version:
             self._refresh_fanout_locked()
-        return e.get_timer()
+        return t
 
     def _fan_addrs(self):
         e = self.engine

@@ -587,8 +587,9 @@ def _engine_trial(n: int, n0: int, seed: int, gossip_interval: float, gc_limit: 
 
 
 def _is_data(data: bytes) -> bool:
-    """The datagram carries DATA (message type 1 at byte 24, wire format v1)."""
-    return len(data) >= 48 and data[0] == 0x52 and data[1] == 0x50 and data[24] == 1
+    """The datagram carries DATA."""
+    from rpbcast.core import wire
+    return wire.first_type(data) == wire.MsgType.DATA
 
 
 def _warm_start(engines):

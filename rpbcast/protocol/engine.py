@@ -51,6 +51,20 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * NS))
 
 
+class DriverNeeds(NamedTuple):
+    """The driver contract's declared capabilities.
+
+    data_plane_rx: a driver may receive straight into the C data plane
+        (engine.node) and call engine.on_data_plane when it reports work --
+        exactly equivalent to receive_datagram.  False: every datagram must
+        go through receive_datagram(s).
+    every_rx: on_data_plane must also run after every received batch (some
+        part acts on data alone, e.g. a logger that syncs before it
+        acknowledges), not only on control messages, gaps and timers."""
+    data_plane_rx: bool
+    every_rx: bool
+
+
 class Delivery(NamedTuple):
     sender: int
     inc: int
@@ -211,18 +225,44 @@ class Engine:
         if node.acked >= node.next_seq:
             self._ack_progress_t = now
 
+    # ------------------------------------------------------------ driver contract
+    # A driver either hands datagrams to receive_datagram(s), or -- when
+    # driver_needs.data_plane_rx -- runs them through the C data plane
+    # (self.node) itself and then calls on_data_plane.  Both routes run the
+    # same code: receive_datagram is node.rx followed by on_data_plane.
+
+    @property
+    def driver_needs(self) -> DriverNeeds:
+        """What a driver that receives through the C data plane must do for
+        this engine (docs/architecture.md, "The driver contract")."""
+        every = any(p.needs_every_rx for p in self._parts())
+        return DriverNeeds(data_plane_rx=True, every_rx=every)
+
+    def _parts(self):
+        return ([self.logger] if self.logger is not None else []) + list(self.extensions)
+
+    def on_data_plane(self, now: int, control: bool = False, gap: bool = False, timer: bool = False,
+                      rx: bool = False) -> int:
+        """The data plane has work for the control plane: control messages
+        queued (control), a gap flagged for an immediate pull (gap), a timer
+        due (timer), or simply a batch received (rx; only needed when
+        driver_needs.every_rx).  Returns the next timer (ns)."""
+        if control:
+            self._control(now)
+        if control or gap or rx:
+            self._after_rx(now)
+        if timer:
+            self.handle_timer(now)
+        return self.get_timer()
+
     def receive_datagram(self, data, addr: int, now: int) -> int:
         r = self.node.rx(data, addr, now)
-        if self.node.nctl:
-            self._control(now)
-        self._after_rx(now)
+        self.on_data_plane(now, control=self.node.nctl > 0, rx=True)
         return r
 
     def receive_datagrams(self, buf, offs, lens, addrs, now: int) -> int:
         bad = self.node.rx_batch(buf, offs, lens, addrs, now)
-        if self.node.nctl:
-            self._control(now)
-        self._after_rx(now)
+        self.on_data_plane(now, control=self.node.nctl > 0, rx=True)
         return bad
 
     def datagrams_to_send(self) -> List[Tuple[int, bytes]]:
@@ -706,7 +746,7 @@ class Engine:
             x.on_section(source, kind, data, now)
 
     def _on_lastseen(self, source, data, now, source_inc=None):
-        entries = [struct.unpack_from("<IIQ", data, o) for o in range(0, len(data), 16)]
+        entries = wire.read_lastseen(data)
         m = self.members.get(source)
         if m is not None and m.is_logger:
             for s, i, frontier in entries:

@@ -12,6 +12,9 @@ from typing import List, Optional
 
 class Extension:
     engine = None
+    # True when after_rx must run after every received batch, even one that
+    # queued no control message and flagged no gap (Engine.driver_needs).
+    needs_every_rx = False
 
     def attach(self, engine):
         """Called once by Engine.add_extension."""

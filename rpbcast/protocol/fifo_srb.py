@@ -23,7 +23,6 @@ supplies what needs knowledge of other members:
 """
 from __future__ import annotations
 
-import struct
 
 from rpbcast.core import wire
 from rpbcast.protocol.extension import Extension
@@ -151,8 +150,7 @@ class FifoSrb(Extension):
         if type_ == T.PURGED:
             slot = node.find_peer(sender, inc)
             if slot is not None:
-                for o in range(0, len(body), 16):
-                    s, sup = struct.unpack_from("<QQ", body, o)
+                for s, sup in wire.read_purged_pairs(body):
                     node.srb_purged(slot, s, sup, now)
             return True
         if type_ == T.WINDOW:

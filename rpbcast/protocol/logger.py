@@ -65,6 +65,11 @@ class LoggerRole:
         self._rtx_turn = 0
         self._snapshot()
 
+    @property
+    def needs_every_rx(self):
+        # fsync "always": sync and acknowledge after every batch that logged
+        return self.e.cfg.fsync == "always"
+
     # ------------------------------------------------------------------ timers
     def get_timer(self):
         return min(self.next_sync, self.next_ack, self.next_gc)

@@ -11,15 +11,15 @@ limit drops arrivals that find the buffer full.  Per-hop router processing,
 per-host send/receive CPU costs, and uniform / Gilbert-Elliott loss per link
 direction or per receiving host are optional.
 
-Engines are driven exactly as the UDP transport's I/O loop drives them
-(csrc/loop.c, transport.pyx ``_on_control``): for an ``rpbcast.protocol.engine.Engine``
-whose receive path is not overridden, a datagram goes straight to the C data
-plane (``rp_node_rx``) and the Python control plane runs only when the data
-plane queued control messages (``_control`` then ``_after_rx``) or a gap
-(``_after_rx``), followed by ``get_timer``.  That is what
-``Engine.receive_datagram`` does, minus calls that would do nothing.  Any
-other engine gets ``receive_datagram(data, addr, now)``, ``datagrams_to_send()``
-and ``get_timer()`` after every datagram.
+Engines are driven through the driver contract, exactly as the UDP
+transport's I/O loop drives them (csrc/loop.c, rpbcast/drivers/udp.pyx): an
+engine whose ``driver_needs.data_plane_rx`` is set gets its datagrams
+straight into the C data plane (``rp_node_rx``), and its control plane runs
+(``on_data_plane``) only when the data plane queued control messages or
+flagged a gap -- or after every datagram when ``driver_needs.every_rx``.
+That is ``Engine.receive_datagram`` by construction.  Any other engine gets
+``receive_datagram(data, addr, now)``.  Either way ``datagrams_to_send()``
+and ``get_timer()`` follow.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT64_MAX
 from libc.stdlib cimport malloc, calloc, realloc, free
@@ -64,6 +64,11 @@ CLASSES = ("data", "repair", "control")
 KIND_NONE, KIND_UNIFORM, KIND_GE = LOSS_NONE, LOSS_UNIFORM, LOSS_GE
 
 cdef uint64_t DEST_MCAST = 0xFFFFFFFFFFFFFFFF
+# fast[v]: 0 = receive_datagram; FAST_RX = the C data plane, then
+# on_data_plane on control or gap; FAST_EVERY = ... and after every datagram
+cdef enum:
+    FAST_RX = 1
+    FAST_EVERY = 2
 cdef int64_t NEVER = INT64_MAX
 
 
@@ -141,7 +146,7 @@ cdef class Core:
     cdef double *recv_f                    # receive cost = recv_f * send cost
     cdef uint8_t *member                   # receives multicast
     cdef uint8_t *up                       # host running
-    cdef uint8_t *fast                     # engine driven through the C data plane
+    cdef uint8_t *fast                     # engine driven through the C data plane: FAST_RX (| FAST_EVERY)
     cdef int64_t *timer_at
     cdef chan_t *rxloss                    # per receiving host
     cdef uint64_t *h_rx_pkts
@@ -358,28 +363,33 @@ cdef class Core:
         self._set_chan(&self.rxloss[v], kind, p, r, lg, lb, classes, state)
 
     def set_host(self, int v, engine, bint member=True, bint fast=False):
-        """Attach an engine at node v (an address equal to v)."""
+        """Attach an engine at node v (an address equal to v).  fast: drive
+        it through the C data plane (its driver_needs must allow it)."""
         self._check(v)
         self.engines[v] = engine
-        node = getattr(engine, "node", None) if fast else None
-        if fast and not isinstance(node, Node):
-            raise TypeError("the fast path needs engine.node to be an rpbcast.core.node.Node")
-        self._nodes[v] = node
+        self._nodes[v] = None
+        self.nodes[v] = <PyObject *>None
         self.engs[v] = <PyObject *>engine
-        self.nodes[v] = <PyObject *>node
         self.member[v] = member
-        self.fast[v] = fast
+        self.set_fast(v, fast)
         self.up[v] = 1
 
     def set_fast(self, int v, bint fast):
         self._check(v)
-        if fast and not isinstance(self._nodes[v], Node):
-            node = getattr(self.engines[v], "node", None)
+        engine = self.engines[v]
+        cdef uint8_t mode = 0
+        if fast:
+            needs = engine.driver_needs
+            if not needs.data_plane_rx:
+                raise ValueError(f"the engine at {v} must receive through receive_datagram "
+                                 f"(driver_needs.data_plane_rx is False)")
+            node = engine.node
             if not isinstance(node, Node):
                 raise TypeError("the fast path needs engine.node to be an rpbcast.core.node.Node")
             self._nodes[v] = node
             self.nodes[v] = <PyObject *>node
-        self.fast[v] = fast
+            mode = FAST_RX | (FAST_EVERY if needs.every_rx else 0)
+        self.fast[v] = mode
 
     def is_fast(self, int v):
         self._check(v)
@@ -816,21 +826,13 @@ cdef class Core:
             rp_node_rx(&node.n, <const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
                        <uint64_t>p.src, now)
             self.n_fast_rx += 1
-            if node.n.nctl:
+            if node.n.nctl or node.n.nack_pending or self.fast[v] & FAST_EVERY:
                 w0 = wall_ns()
                 eng = <object>self.engs[v]
-                self.n_ctl += 1
+                if node.n.nctl:
+                    self.n_ctl += 1
                 self.h_calls[v] += 1
-                eng._control(now)
-                eng._after_rx(now)
-                self.collect(v)
-                self.arm(v)
-                self.w_ctl += wall_ns() - w0
-            elif node.n.nack_pending:
-                w0 = wall_ns()
-                eng = <object>self.engs[v]
-                self.h_calls[v] += 1
-                eng._after_rx(now)
+                eng.on_data_plane(now, node.n.nctl > 0, node.n.nack_pending != 0, False, True)
                 self.collect(v)
                 self.arm(v)
                 self.w_ctl += wall_ns() - w0

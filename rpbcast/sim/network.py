@@ -61,35 +61,10 @@ class HostCost:
 
 
 def engine_fast_path_ok(engine) -> bool:
-    """True when driving this engine through the C data plane (as the UDP
-    transport does) is exactly Engine.receive_datagram minus no-op calls:
-    an rpbcast Engine whose receive path is not overridden, with no
-    extension and no role that does work after every datagram.  Any other
-    engine may opt in with a method ``sim_fast_rx() -> bool`` that returns
-    True when its receive_datagram(data, addr, now) is exactly
-    ``node.rx(data, addr, now)``, then ``_control(now)`` and ``_after_rx(now)``
-    if the data plane queued control messages, or ``_after_rx(now)`` alone if
-    it flagged a gap (``node.nack_pending``), and nothing otherwise."""
-    try:
-        from rpbcast.protocol.engine import Engine
-        from rpbcast.core.node import Node
-    except ImportError:                                   # pragma: no cover
-        return False
-    if not isinstance(getattr(engine, "node", None), Node):
-        return False
-    hook = getattr(engine, "sim_fast_rx", None)
-    if hook is not None:
-        return bool(hook())
-    if not isinstance(engine, Engine):
-        return False
-    cls = type(engine)
-    if cls.receive_datagram is not Engine.receive_datagram or cls._after_rx is not Engine._after_rx:
-        return False
-    if engine.extensions:
-        return False
-    if engine.logger is not None and engine.cfg.fsync == "always":
-        return False
-    return True
+    """The engine lets a driver receive through its C data plane (the
+    driver contract: Engine.driver_needs)."""
+    needs = getattr(engine, "driver_needs", None)
+    return bool(needs is not None and needs.data_plane_rx)
 
 
 class Network:

@@ -18,12 +18,12 @@ A baseline registers itself with ``register(name, factory, uses_logger=...,
 (a ``Protocol`` or a dict of its fields); ``get(name)`` imports it on first
 use.
 
-Engines on the shared C data plane can be driven like the UDP transport
-drives rpbcast (no Python call per data datagram: ~2 us saved per datagram,
-most of a large run) by defining ``sim_fast_rx() -> bool`` (see
-``rpbcast.sim.network.engine_fast_path_ok`` for the exact contract);
+Engines on the shared C data plane are driven like the UDP transport drives
+rpbcast (no Python call per data datagram: ~2 us saved per datagram, most of
+a large run) when their ``driver_needs`` allow it (the driver contract,
+docs/architecture.md);
 ``tests/test_sim.py::test_fast_receive_path_is_equivalent_to_receive_datagram``
-shows how to check it.
+checks the equivalence for every protocol.
 """
 from __future__ import annotations
 
