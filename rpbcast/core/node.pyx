@@ -97,6 +97,13 @@ cdef class Node:
             raise MemoryError()
         self.log = None
 
+    cdef rp_peer_t *peer_at(self, uint32_t slot) except NULL:
+        """The peer in slot; IndexError if there is none."""
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return p
+
     def __dealloc__(self):
         self.n.log = NULL
         rp_node_free(&self.n)
@@ -163,9 +170,7 @@ cdef class Node:
         return self.n.npeers
 
     def peer_info(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return {
             "slot": slot, "id": p.id, "inc": p.inc, "next": p.st.next, "base": p.st.base,
             "contiguous": rp_seqtrack_contiguous(&p.st), "missing": p.st.missing.count,
@@ -182,9 +187,7 @@ cdef class Node:
 
     def peer_key(self, uint32_t slot):
         """(id, inc) of a peer slot."""
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return p.id, p.inc
 
     def holds(self, uint32_t sender, uint32_t inc, uint64_t seq):
@@ -202,23 +205,17 @@ cdef class Node:
         return self.n.log != NULL and rp_log_has(self.n.log, sender, inc, seq) != 0
 
     def peer_dead(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return bool(p.dead)
 
     def set_peer_dead(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         p.dead = 1
 
     def mark_received(self, uint32_t slot, const uint64_t[::1] seqs not None):
         """Record seqs as received without a payload (a logger rebuilding its
         trackers from its log after a restart)."""
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         out = np.empty(seqs.shape[0], np.uint8)
         cdef uint8_t[::1] o = out
         if seqs.shape[0]:
@@ -226,27 +223,19 @@ cdef class Node:
         return int((out == 1).sum() + (out == 2).sum())
 
     def peer_next(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return p.st.next
 
     def peer_contiguous(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return rp_seqtrack_contiguous(&p.st)
 
     def peer_received(self, uint32_t slot, uint64_t seq):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return bool(rp_seqtrack_received(&p.st, seq))
 
     def peer_missing_count(self, uint32_t slot, int phase=PHASE_ALL):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         if phase == PHASE_LOGGER:
             return p.lmissing.count
         if phase == PHASE_GOSSIP:
@@ -439,9 +428,7 @@ cdef class Node:
         """Digest of a peer's missing ids in a phase within [frm, upto], at
         most ``budget`` bytes.  Returns (digest bytes, covered_upto, n_ids)
         or (b"", None, 0) when nothing is missing there."""
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         if upto >= p.st.next:
             if p.st.next == 0:
                 return b"", None, 0
@@ -474,9 +461,7 @@ cdef class Node:
             free(buf)
 
     def mark_inflight(self, uint32_t slot, uint64_t lo, uint64_t hi):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         rp_iset_add(&p.inflight, lo, hi)
 
     def clear_inflight(self):
@@ -491,15 +476,11 @@ cdef class Node:
         return rp_node_forget(&self.n, slot, lo, hi)
 
     def gossip_cursor(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return p.gossip_cursor
 
     def set_gossip_cursor(self, uint32_t slot, uint64_t v):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         p.gossip_cursor = v
 
     def stable(self, uint32_t slot, uint64_t below):
