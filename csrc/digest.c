@@ -1,5 +1,15 @@
 #include "digest.h"
 
+const char *rp_digest_error_name(long code) {
+    switch (code) {
+    case RP_DIG_TRUNCATED: return "truncated";
+    case RP_DIG_BAD_VARINT: return "bad varint";
+    case RP_DIG_BAD_RANGE: return "interval outside its window or overflowing";
+    case RP_DIG_TOO_MANY: return "more intervals than allowed";
+    default: return NULL;
+    }
+}
+
 size_t rp_varint_put(uint8_t *p, uint64_t v) {
     size_t k = 0;
     while (v >= 0x80) {

@@ -30,6 +30,9 @@ enum {
     RP_DIG_TOO_MANY = -13,    /* more intervals than the caller allowed */
 };
 
+/* What a negative RP_DIG_* code means, in a few words (NULL if unknown). */
+const char *rp_digest_error_name(long code);
+
 /* Encode the parts of iv[0..n) (sorted, disjoint, non-adjacent) that fall in
  * [from, upto] into buf (at most `budget` bytes).  Returns bytes written (>0)
  * or 0 if not even the header fits.  *out_upto receives the window actually

@@ -339,6 +339,73 @@ static int64_t scan_segment(rp_log_t *l, uint32_t si, int is_last) {
     return (int64_t)pos;
 }
 
+/* The segment numbers of the segment files in dir, sorted, into *out (the
+ * caller frees it).  Returns how many, or a negative error. */
+static int64_t list_segments(const char *dir, uint64_t **out) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    uint64_t *nos = NULL;
+    size_t nn = 0, nc = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        unsigned long long no;
+        char tail[8];
+        if (sscanf(de->d_name, "seg-%20llu.%7s", &no, tail) != 2 || strcmp(tail, "rplog") != 0)
+            continue;
+        if (nn == nc) {
+            nc = nc ? nc * 2 : 16;
+            uint64_t *t = (uint64_t *)realloc(nos, nc * sizeof(uint64_t));
+            if (!t) {
+                free(nos);
+                closedir(d);
+                return RP_ENOMEM;
+            }
+            nos = t;
+        }
+        nos[nn++] = no;
+    }
+    closedir(d);
+    if (nn)
+        qsort(nos, nn, sizeof(uint64_t), cmp_u64);
+    *out = nos;
+    return (int64_t)nn;
+}
+
+/* Rebuild the index from the segments found (the last one may end in a
+ * torn record).  RP_OK or a negative error. */
+static int recover(rp_log_t *l, const uint64_t *nos, size_t nn) {
+    for (size_t i = 0; i < nn; i++) {
+        if (seg_add(l, nos[i]))
+            return RP_ENOMEM;
+        int64_t r = scan_segment(l, l->nsegs - 1, i + 1 == nn);
+        if (r < 0)
+            return (int)r;
+    }
+    return RP_OK;
+}
+
+/* Open the last segment (a new one in an empty log) for appending, and make
+ * its directory entry durable.  RP_OK or a negative error. */
+static int open_tail(rp_log_t *l) {
+    if (!l->nsegs && seg_add(l, 0))
+        return RP_ENOMEM;
+    char *path = seg_path(l, l->segs[l->nsegs - 1].no);
+    if (!path)
+        return RP_ENOMEM;
+    l->fd = open(path, O_RDWR | O_CREAT, 0644);
+    free(path);
+    if (l->fd < 0)
+        return -errno;
+    l->wpos = l->segs[l->nsegs - 1].size;
+    int dfd = open(l->dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return RP_OK;
+}
+
 int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
     memset(l, 0, sizeof(*l));
     l->fd = -1;
@@ -357,74 +424,17 @@ int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
         rp_log_close(l);
         return e;
     }
-    DIR *d = opendir(dir);
-    if (!d) {
-        int e = -errno;
-        rp_log_close(l);
-        return e;
-    }
     uint64_t *nos = NULL;
-    size_t nn = 0, nc = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        unsigned long long no;
-        char tail[8];
-        if (sscanf(de->d_name, "seg-%20llu.%7s", &no, tail) == 2 && strcmp(tail, "rplog") == 0) {
-            if (nn == nc) {
-                nc = nc ? nc * 2 : 16;
-                uint64_t *t = (uint64_t *)realloc(nos, nc * sizeof(uint64_t));
-                if (!t) {
-                    free(nos);
-                    closedir(d);
-                    rp_log_close(l);
-                    return RP_ENOMEM;
-                }
-                nos = t;
-            }
-            nos[nn++] = no;
-        }
-    }
-    closedir(d);
-    if (nn)
-        qsort(nos, nn, sizeof(uint64_t), cmp_u64);
-    for (size_t i = 0; i < nn; i++) {
-        if (seg_add(l, nos[i])) {
-            free(nos);
-            rp_log_close(l);
-            return RP_ENOMEM;
-        }
-        int64_t r = scan_segment(l, l->nsegs - 1, i + 1 == nn);
-        if (r < 0) {
-            free(nos);
-            rp_log_close(l);
-            return (int)r;
-        }
-    }
+    int64_t nn = list_segments(dir, &nos);
+    int rc = nn < 0 ? (int)nn : recover(l, nos, (size_t)nn);
     free(nos);
-    if (!l->nsegs && seg_add(l, 0)) {
+    if (rc == RP_OK)
+        rc = open_tail(l);
+    if (rc != RP_OK) {
         rp_log_close(l);
-        return RP_ENOMEM;
+        return rc;
     }
-    char *path = seg_path(l, l->segs[l->nsegs - 1].no);
-    if (!path) {
-        rp_log_close(l);
-        return RP_ENOMEM;
-    }
-    l->fd = open(path, O_RDWR | O_CREAT, 0644);
-    free(path);
-    if (l->fd < 0) {
-        int e = -errno;
-        rp_log_close(l);
-        return e;
-    }
-    l->wpos = l->segs[l->nsegs - 1].size;
     l->appended = l->synced = l->rec_records;
-    /* Make the directory entry of a new segment durable. */
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
     return RP_OK;
 }
 

@@ -117,76 +117,97 @@ static int drop(rp_loop_t *l) {
     return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (1.0 / 9007199254740992.0) < l->drop_rate;
 }
 
-int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
-    int ready[3] = {0, 0, 0};
+/* Wait for input until the next timer is due (at most max_wait_ns, and
+ * 100 ms); ready[k] marks socket k (2: the wake eventfd).  A busy-polling
+ * loop does not wait.  Returns the time after the wait. */
+static int64_t wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t now = rp_now_ns();
     if (l->busy_poll) {
         ready[0] = ready[1] = 1;
-    } else {
-        int64_t wait = l->next_timer - now;
-        if (max_wait_ns >= 0 && wait > max_wait_ns)
-            wait = max_wait_ns;
-        if (wait > 100000000)
-            wait = 100000000;   /* wake at least every 100 ms */
-        if (wait < 0)
-            wait = 0;
-        l->sleep_until = now + wait;
-        struct epoll_event evs[4];
-        int k = epoll_wait(l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
-        l->n_wakeups++;
-        for (int i = 0; i < k; i++)
-            if (evs[i].data.u32 < 3)
-                ready[evs[i].data.u32] = 1;
-        if (ready[2])
-            drain_wake(l);
-        now = rp_now_ns();
+        return now;
     }
+    int64_t wait = l->next_timer - now;
+    if (max_wait_ns >= 0 && wait > max_wait_ns)
+        wait = max_wait_ns;
+    if (wait > 100000000)
+        wait = 100000000;   /* wake at least every 100 ms */
+    if (wait < 0)
+        wait = 0;
+    l->sleep_until = now + wait;
+    struct epoll_event evs[4];
+    int k = epoll_wait(l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
+    l->n_wakeups++;
+    for (int i = 0; i < k; i++)
+        if (evs[i].data.u32 < 3)
+            ready[evs[i].data.u32] = 1;
+    if (ready[2])
+        drain_wake(l);
+    return rp_now_ns();
+}
+
+/* Kernel receive timestamps (SO_TIMESTAMPNS) are CLOCK_REALTIME; the
+ * engine's clock is CLOCK_MONOTONIC.  The offset moves them onto the
+ * engine's timeline so timers, liveness and rx_time never mix the two. */
+static int64_t realtime_offset(const rp_loop_t *l, int64_t now) {
+    if (!(l->socks[0] && l->socks[0]->timestamps) && !(l->socks[1] && l->socks[1]->timestamps))
+        return 0;
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec - now;
+}
+
+/* The batch just received goes into the node (less the in-process drops). */
+static void rx_into_node(rp_loop_t *l, int64_t now, int64_t real_minus_mono) {
+    for (uint32_t i = 0; i < l->rx.n; i++) {
+        if (l->drop_rate > 0 && drop(l)) {
+            l->n_dropped++;
+            continue;
+        }
+        int64_t at = now;
+        if (l->rx.ts[i]) {
+            at = l->rx.ts[i] - real_minus_mono;
+            if (at > now)
+                at = now;       /* the two clocks were read apart */
+        }
+        rp_node_rx(l->node, l->rx.mem + l->rx.off[i], l->rx.len[i], l->rx.src[i], at);
+    }
+}
+
+/* Receive up to max_batches batches from socket k.  Returns datagrams. */
+static int rx_socket(rp_loop_t *l, int k, int64_t now, int64_t real_minus_mono) {
+    rp_node_t *n = l->node;
+    int got = 0;
+    for (uint32_t b = 0; b < l->max_batches; b++) {
+        int r = rp_sock_recv(l->socks[k], &l->rx);
+        if (r <= 0)
+            break;
+        got += r;
+        rx_into_node(l, now, real_minus_mono);
+        /* Control bodies point into the receive buffers: hand them over
+         * before the next batch reuses them. */
+        if ((n->nctl || l->every_rx) && l->control) {
+            l->next_timer = l->control(l->ctx, now, (n->nctl ? RP_WHY_CTL : 0) | RP_WHY_RX |
+                                                    (n->nack_pending ? RP_WHY_NACK : 0));
+            l->n_control++;
+        }
+        if ((uint32_t)r < l->rx.cap)
+            break;
+    }
+    return got;
+}
+
+int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
+    int ready[3] = {0, 0, 0};
+    int64_t now = wait_input(l, max_wait_ns, ready);
     l->n_iter++;
     pthread_mutex_lock(&l->mu);
     l->sleep_until = 0;
     rp_node_t *n = l->node;
+    int64_t real_minus_mono = realtime_offset(l, now);
     int got = 0;
-    /* Kernel receive timestamps (SO_TIMESTAMPNS) are CLOCK_REALTIME; the
-     * engine's clock is CLOCK_MONOTONIC.  Move them onto the engine's
-     * timeline so timers, liveness and rx_time never mix the two. */
-    int64_t real_minus_mono = 0;
-    if ((l->socks[0] && l->socks[0]->timestamps) || (l->socks[1] && l->socks[1]->timestamps)) {
-        struct timespec t;
-        clock_gettime(CLOCK_REALTIME, &t);
-        real_minus_mono = (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec - now;
-    }
-    for (int k = 0; k < 2; k++) {
-        if (!ready[k] || !l->socks[k])
-            continue;
-        for (uint32_t b = 0; b < l->max_batches; b++) {
-            int r = rp_sock_recv(l->socks[k], &l->rx);
-            if (r <= 0)
-                break;
-            got += r;
-            for (uint32_t i = 0; i < l->rx.n; i++) {
-                if (l->drop_rate > 0 && drop(l)) {
-                    l->n_dropped++;
-                    continue;
-                }
-                int64_t at = now;
-                if (l->rx.ts[i]) {
-                    at = l->rx.ts[i] - real_minus_mono;
-                    if (at > now)
-                        at = now;       /* the two clocks were read apart */
-                }
-                rp_node_rx(n, l->rx.mem + l->rx.off[i], l->rx.len[i], l->rx.src[i], at);
-            }
-            /* Control bodies point into the receive buffers: hand them over
-             * before the next batch reuses them. */
-            if ((n->nctl || l->every_rx) && l->control) {
-                l->next_timer = l->control(l->ctx, now, (n->nctl ? RP_WHY_CTL : 0) | RP_WHY_RX |
-                                                        (n->nack_pending ? RP_WHY_NACK : 0));
-                l->n_control++;
-            }
-            if ((uint32_t)r < l->rx.cap)
-                break;
-        }
-    }
+    for (int k = 0; k < 2; k++)
+        if (ready[k] && l->socks[k])
+            got += rx_socket(l, k, now, real_minus_mono);
     if (l->control && (now >= l->next_timer || n->nack_pending)) {
         int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
         l->next_timer = l->control(l->ctx, now, why);
@@ -204,22 +225,25 @@ void rp_loop_run(rp_loop_t *l) {
         rp_loop_once(l, -1);
 }
 
+/* After a publish (mu held): send it now, and make sure the loop is awake
+ * when the idle heartbeat falls due, idle_after from now. */
+static void after_publish(rp_loop_t *l, int64_t now) {
+    rp_loop_flush(l);
+    int64_t t = now + l->idle_after_ns;
+    if (t < l->next_timer) {
+        l->next_timer = t;
+        if (l->sleep_until > t)
+            rp_loop_wake(l);
+    }
+}
+
 size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
                        const uint64_t *labels, size_t count) {
     pthread_mutex_lock(&l->mu);
     int64_t now = rp_now_ns();
     size_t k = rp_node_publish_batch(l->node, payloads, lens, labels, count, now);
-    if (k) {
-        rp_loop_flush(l);
-        /* The idle heartbeat is due idle_after from now: make sure the loop
-         * is awake then. */
-        int64_t t = now + l->idle_after_ns;
-        if (t < l->next_timer) {
-            l->next_timer = t;
-            if (l->sleep_until > t)
-                rp_loop_wake(l);
-        }
-    }
+    if (k)
+        after_publish(l, now);
     pthread_mutex_unlock(&l->mu);
     return k;
 }
@@ -228,15 +252,8 @@ int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uin
     pthread_mutex_lock(&l->mu);
     int64_t now = rp_now_ns();
     int64_t seq = rp_node_publish(l->node, payload, len, label, now);
-    if (seq >= 0) {
-        rp_loop_flush(l);
-        int64_t t = now + l->idle_after_ns;
-        if (t < l->next_timer) {
-            l->next_timer = t;
-            if (l->sleep_until > t)
-                rp_loop_wake(l);
-        }
-    }
+    if (seq >= 0)
+        after_publish(l, now);
     pthread_mutex_unlock(&l->mu);
     return seq;
 }

@@ -2,8 +2,6 @@
 
 #include <stdlib.h>
 
-#define NONE UINT64_MAX
-
 const char *const rp_node_counter_names[RP_C__COUNT] = {
     "sent", "rx_dgrams", "rx_bad", "rx_own", "rx_new", "rx_fill", "rx_dup", "rx_far",
     "rx_dropped_full", "gaps", "gap_ids", "repairs_peer", "repairs_logger", "filled_other",
@@ -27,7 +25,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
     n->max_dgram = RP_WIRE_MAX_DGRAM;
     n->max_scan = cfg->max_scan ? cfg->max_scan : 65536;
     n->last_slot = RP_NO_SLOT;
-    n->tb_last = INT64_MIN;
+    rp_tb_init(&n->repair_rate);
     int rc;
     if ((rc = rp_mstore_init(&n->store, cfg->store_bytes, cfg->store_entries)))
         goto fail;
@@ -35,7 +33,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
         goto fail;
     if ((rc = rp_hmap_init(&n->pindex, 64, 0)))
         goto fail;
-    if ((rc = rp_sigvec_init(&n->hbsig, 64, 0x7270626361737431ULL)))
+    if ((rc = rp_sigvec_init(&n->hbsig, 64, RP_SIG_SEED)))
         goto fail;
     n->ctlcap = 64;
     n->ctl = (rp_ctl_t *)malloc(n->ctlcap * sizeof(rp_ctl_t));
@@ -137,7 +135,7 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     p->id = id;
     p->inc = inc;
     p->slot = n->npeers;
-    p->idle_seq = NONE;
+    p->idle_seq = RP_NOT_IDLE;
     p->gossip_cursor = base;
     p->last_heard = INT64_MIN;
     if (rp_seqtrack_init(&p->st, base, n->max_gap, 0) || rp_iset_init(&p->lmissing, 4, 0) ||
@@ -187,17 +185,6 @@ fail:
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static inline uint8_t *out_msg(rp_node_t *n, uint64_t dest, uint8_t type, uint8_t flags,
-                               uint32_t sender, uint32_t inc, uint32_t aux, uint64_t seq,
-                               size_t body_len) {
-    uint8_t *p = rp_out_msg(&n->out, dest, type, flags, sender, inc, aux, seq, body_len);
-    if (p) {
-        n->msgs_out[type]++;
-        n->bytes_out[type] += RP_MSG_HDR + body_len;
-    }
-    return p;
-}
-
 static void ctl_push(rp_node_t *n, const rp_msgview_t *m, const rp_dghdr_t *h, uint64_t src) {
     if (n->nctl == n->ctlcap) {
         size_t nc = n->ctlcap * 2;
@@ -232,8 +219,8 @@ static void note_gap(rp_node_t *n, rp_peer_t *p, uint64_t lo, uint64_t hi, int64
 
 /* The sender is no longer idle once data above its idle heartbeat exists. */
 static inline void not_idle(rp_node_t *n, rp_peer_t *p, uint64_t seq) {
-    if (p->idle_seq != NONE && seq > p->idle_seq) {
-        p->idle_seq = NONE;
+    if (p->idle_seq != RP_NOT_IDLE && seq > p->idle_seq) {
+        p->idle_seq = RP_NOT_IDLE;
         rp_sigvec_del(&n->hbsig, p->slot + 1);
     }
 }
@@ -343,110 +330,169 @@ static void purged_record(rp_peer_t *p, uint64_t seq, uint64_t sup) {
 
 /* ---- receive ----------------------------------------------------------- */
 
-static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
-                    int64_t now) {
-    if (m->sender == n->id && m->inc == n->inc) {
-        n->c[RP_C_RX_DUP]++;
-        return;
+/* A DATA or REPAIR body: its label (RP_SRB_NOLABEL if none) and payload. */
+typedef struct {
+    uint64_t label;
+    const uint8_t *data;
+    uint32_t len;
+} rx_payload_t;
+
+static inline rx_payload_t payload_of(const rp_msgview_t *m) {
+    rx_payload_t pl = {RP_SRB_NOLABEL, m->body, m->len};
+    if (m->flags & RP_MF_LABEL) {
+        pl.label = rp_ld64(m->body);
+        pl.data += 8;
+        pl.len -= 8;
     }
-    uint32_t slot = rp_node_find_peer(n, m->sender, m->inc);
+    return pl;
+}
+
+/* The sender of a DATA or REPAIR, known from now on; NULL if out of memory. */
+static inline rp_peer_t *rx_peer(rp_node_t *n, uint32_t sender, uint32_t inc) {
+    uint32_t slot = rp_node_find_peer(n, sender, inc);
     if (RP_UNLIKELY(slot == RP_NO_SLOT)) {
-        int64_t s = rp_node_peer(n, m->sender, m->inc, 0);
+        int64_t s = rp_node_peer(n, sender, inc, 0);
         if (s < 0)
-            return;
+            return NULL;
         slot = (uint32_t)s;
     }
-    rp_peer_t *p = n->peers[slot];
-    p->last_heard = now;
-    uint64_t lo, hi;
-    int a = rp_seqtrack_accept(&p->st, m->seq, &lo, &hi);
+    return n->peers[slot];
+}
+
+/* A seq the tracker did not take (a = RP_ACC_DUP, _FAR or _NOMEM). */
+static void rx_rejected(rp_node_t *n, rp_peer_t *p, const rp_msgview_t *m, int a, int is_repair,
+                        uint64_t src, int64_t now) {
     if (a == RP_ACC_DUP) {
         n->c[RP_C_RX_DUP]++;
         p->rx_dup++;
         if (n->tracing)
             rp_trace(&n->trace, now, RP_EV_RECV_DUP, p->id, p->inc, m->seq, m->len, src,
                      is_repair ? 2 : 0);
-        return;
-    }
-    if (a == RP_ACC_FAR) {
+    } else if (a == RP_ACC_FAR) {
         n->c[RP_C_RX_FAR]++;
-        return;
+    } else {
+        n->c[RP_C_RX_DROPPED_FULL]++;      /* the gap list is at its bound */
     }
-    if (a == RP_ACC_NOMEM) {
-        n->c[RP_C_RX_DROPPED_FULL]++;
-        return;
+}
+
+/* A logger appends before anything else: the log is its record of truth,
+ * the store only a cache for serving recent repairs.  When the append
+ * fails the id is missing again (asked for again later).  0 or -1. */
+static int rx_log(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl, int64_t now) {
+    if (rp_log_append(n->log, p->id, p->inc, seq, pl->label, now, pl->data, pl->len) < 0) {
+        rp_iset_add(&p->st.missing, seq, seq);
+        n->c[RP_C_LOG_ERRORS]++;
+        return -1;
     }
-    uint64_t label = RP_SRB_NOLABEL;
-    const uint8_t *payload = m->body;
-    uint32_t plen = m->len;
-    if (m->flags & RP_MF_LABEL) {
-        label = rp_ld64(m->body);
-        payload += 8;
-        plen -= 8;
-    }
-    if (!is_repair)
-        p->addr = src;
-    if (a == RP_ACC_NEW && lo <= hi)
-        note_gap(n, p, lo, hi, now);       /* whatever happens to this one */
-    if (n->log) {
-        /* The log is the logger's record of truth: append first; the store
-         * is only a cache for serving recent repairs. */
-        int lr = rp_log_append(n->log, p->id, p->inc, m->seq, label, now, payload, plen);
-        if (lr < 0) {
-            rp_iset_add(&p->st.missing, m->seq, m->seq);
-            n->c[RP_C_LOG_ERRORS]++;
-            return;
-        }
-        n->c[RP_C_LOGGED]++;
-    }
-    if (n->conflate && label != RP_SRB_NOLABEL)
-        rp_conflate_put(&n->latest, p->id, p->inc, label, m->seq, now, payload, plen);
+    n->c[RP_C_LOGGED]++;
+    return 0;
+}
+
+/* Who keeps a received message: the gossip buffer, and the delivery queue
+ * (FIFO) or the unordered deliveries -- unless nothing is delivered here,
+ * or conflation hands labelled messages over through its table only. */
+static inline uint32_t rx_holds(const rp_node_t *n, uint64_t label) {
     uint32_t holds = RP_MS_GOSSIP;
     if (!n->no_deliver && !(n->conflate == 2 && label != RP_SRB_NOLABEL))
         holds |= n->fifo ? RP_MS_QUEUE : RP_MS_DELIVER;
-    int64_t t = rp_mstore_put(&n->store, slot, m->seq, label, now, n->round, holds,
-                              RP_MS_GOSSIP, payload, plen);
-    if (RP_UNLIKELY(t < 0 && n->log)) {
-        t = -1;                 /* logged; just not cached */
-    } else if (RP_UNLIKELY(t < 0)) {
-        /* No room (the application is not consuming): treat as lost; it
-         * is repaired later.  The id becomes missing again. */
-        rp_iset_add(&p->st.missing, m->seq, m->seq);
-        n->c[RP_C_RX_DROPPED_FULL]++;
-        n->nack_pending++;
-        return;
-    }
+    return holds;
+}
+
+#define RX_DROPPED (-2)
+
+/* Store a received payload.  Returns its ticket; -1 when a logger had no
+ * room to cache it (it is logged: enough); RX_DROPPED when there was no
+ * room (the application is not consuming): then it counts as lost, the id
+ * is missing again and is repaired later. */
+static inline int64_t rx_store(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl,
+                               uint32_t holds, int64_t now) {
+    int64_t t = rp_mstore_put(&n->store, p->slot, seq, pl->label, now, n->round, holds,
+                              RP_MS_GOSSIP, pl->data, pl->len);
+    if (RP_LIKELY(t >= 0))
+        return t;
+    if (n->log)
+        return -1;
+    rp_iset_add(&p->st.missing, seq, seq);
+    n->c[RP_C_RX_DROPPED_FULL]++;
+    n->nack_pending++;
+    return RX_DROPPED;
+}
+
+/* Count a first receipt: new data, or a gap filled -- by a late DATA, a
+ * peer's REPAIR or a logger's. */
+static inline void rx_count_first(rp_node_t *n, rp_peer_t *p, const rp_msgview_t *m, int a,
+                                  int is_repair) {
     if (a == RP_ACC_NEW) {
         n->c[RP_C_RX_NEW]++;
         p->rx_new++;
         not_idle(n, p, m->seq);
-    } else {
-        n->c[RP_C_RX_FILL]++;
-        p->rx_fill++;
-        rp_iset_remove(&p->lmissing, m->seq, m->seq);
-        rp_iset_remove(&p->inflight, m->seq, m->seq);
-        if (!is_repair)
-            n->c[RP_C_FILLED_OTHER]++;
-        else if (m->flags & RP_MF_FROM_LOGGER)
-            n->c[RP_C_REPAIRS_LOGGER]++;
-        else
-            n->c[RP_C_REPAIRS_PEER]++;
+        return;
     }
-    if (n->tracing)
-        rp_trace(&n->trace, now, RP_EV_RECV, p->id, p->inc, m->seq, plen, src,
-                 (a == RP_ACC_FILL ? 1u : 0u) | (is_repair ? 2u : 0u) |
-                 ((m->flags & RP_MF_FROM_LOGGER) && is_repair ? 4u : 0u));
-    if (p->labels && t >= 0 && label != RP_SRB_NOLABEL)
-        obs_note(p, m->seq, label);
-    if (p->q && !(holds & RP_MS_QUEUE) && !n->no_deliver)
-        rp_srbq_mark_purged(p->q, m->seq);      /* read through the table only */
-    if (p->q && t >= 0 && (holds & RP_MS_QUEUE)) {
-        int r = rp_srbq_insert(p->q, m->seq, label, (uint64_t)t);
+    n->c[RP_C_RX_FILL]++;
+    p->rx_fill++;
+    rp_iset_remove(&p->lmissing, m->seq, m->seq);
+    rp_iset_remove(&p->inflight, m->seq, m->seq);
+    if (!is_repair)
+        n->c[RP_C_FILLED_OTHER]++;
+    else if (m->flags & RP_MF_FROM_LOGGER)
+        n->c[RP_C_REPAIRS_LOGGER]++;
+    else
+        n->c[RP_C_REPAIRS_PEER]++;
+}
+
+/* FIFO delivery: queue a stored message (t < 0: logged, not cached) in its
+ * sender's queue, and let go of what the queue purged. */
+static inline void rx_enqueue(rp_node_t *n, rp_peer_t *p, uint64_t seq, uint64_t label, int64_t t,
+                              uint32_t holds, int64_t now) {
+    if (!(holds & RP_MS_QUEUE) && !n->no_deliver)
+        rp_srbq_mark_purged(p->q, seq);      /* read through the table only */
+    if (t >= 0 && (holds & RP_MS_QUEUE)) {
+        int r = rp_srbq_insert(p->q, seq, label, (uint64_t)t);
         if (r != RP_SQ_R_QUEUED)
             rp_mstore_release(&n->store, (uint64_t)t, RP_MS_QUEUE);
     }
+    q_release_purged(n, p, now);
+}
+
+/* A DATA (is_repair 0) or REPAIR. */
+static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
+                    int64_t now) {
+    if (m->sender == n->id && m->inc == n->inc) {
+        n->c[RP_C_RX_DUP]++;        /* our own, repaired to us */
+        return;
+    }
+    rp_peer_t *p = rx_peer(n, m->sender, m->inc);
+    if (RP_UNLIKELY(!p))
+        return;
+    p->last_heard = now;
+    uint64_t lo, hi;
+    int a = rp_seqtrack_accept(&p->st, m->seq, &lo, &hi);
+    if (a != RP_ACC_NEW && a != RP_ACC_FILL) {
+        rx_rejected(n, p, m, a, is_repair, src, now);
+        return;
+    }
+    rx_payload_t pl = payload_of(m);
+    if (!is_repair)
+        p->addr = src;
+    if (a == RP_ACC_NEW && lo <= hi)
+        note_gap(n, p, lo, hi, now);       /* whatever happens to this one */
+    if (n->log && rx_log(n, p, m->seq, &pl, now) < 0)
+        return;
+    if (n->conflate && pl.label != RP_SRB_NOLABEL)
+        rp_conflate_put(&n->latest, p->id, p->inc, pl.label, m->seq, now, pl.data, pl.len);
+    uint32_t holds = rx_holds(n, pl.label);
+    int64_t t = rx_store(n, p, m->seq, &pl, holds, now);
+    if (RP_UNLIKELY(t == RX_DROPPED))
+        return;
+    rx_count_first(n, p, m, a, is_repair);
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_RECV, p->id, p->inc, m->seq, pl.len, src,
+                 (a == RP_ACC_FILL ? 1u : 0u) | (is_repair ? 2u : 0u) |
+                 ((m->flags & RP_MF_FROM_LOGGER) && is_repair ? 4u : 0u));
+    if (p->labels && t >= 0 && pl.label != RP_SRB_NOLABEL)
+        obs_note(p, m->seq, pl.label);     /* FIFO-SRB: what this makes obsolete */
     if (p->q)
-        q_release_purged(n, p, now);
+        rx_enqueue(n, p, m->seq, pl.label, t, holds, now);
     srb_infer(n, p, m->seq, now);
 }
 
@@ -462,7 +508,7 @@ int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, i
     }
     if (r > 0)
         note_gap(n, p, lo, hi, now);
-    if (idle && seq + 1 >= p->st.next && (p->idle_seq == NONE || seq > p->idle_seq)) {
+    if (idle && seq + 1 >= p->st.next && (p->idle_seq == RP_NOT_IDLE || seq > p->idle_seq)) {
         p->idle_seq = seq;
         rp_sigvec_set(&n->hbsig, slot + 1, p->id, p->inc, seq);
     }
@@ -477,7 +523,7 @@ uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns) {
         if (!p || p->st.next <= p->st.base || p->last_heard == INT64_MIN)
             continue;                       /* nothing received from it */
         uint64_t top = p->st.next - 1;
-        if ((p->idle_seq != NONE && p->idle_seq >= top) || now - p->last_heard < silent_ns)
+        if ((p->idle_seq != RP_NOT_IDLE && p->idle_seq >= top) || now - p->last_heard < silent_ns)
             continue;
         p->idle_seq = top;
         rp_sigvec_set(&n->hbsig, p->slot + 1, p->id, p->inc, top);
@@ -580,8 +626,9 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
                               RP_MS_GOSSIP, payload, len);
     if (t < 0)
         return RP_EFULL;
-    uint8_t *p = out_msg(n, RP_DEST_MCAST, RP_T_DATA, label != RP_SRB_NOLABEL ? RP_MF_LABEL : 0,
-                         n->id, n->inc, 0, seq, body);
+    uint8_t *p = rp_node_out_msg(n, RP_DEST_MCAST, RP_T_DATA,
+                                 label != RP_SRB_NOLABEL ? RP_MF_LABEL : 0, n->id, n->inc, 0, seq,
+                                 body);
     if (!p) {
         rp_mstore_release(&n->store, (uint64_t)t, 0xFFFFFFFFu);
         return RP_ENOMEM;
@@ -621,8 +668,8 @@ size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32
 int rp_node_send_heartbeat(rp_node_t *n, int idle) {
     if (n->next_seq == 0)
         return 0;                   /* nothing sent yet: nothing to announce */
-    uint8_t *p = out_msg(n, RP_DEST_MCAST, RP_T_HEARTBEAT, idle ? RP_MF_IDLE : 0, n->id, n->inc,
-                         0, n->next_seq - 1, 0);
+    uint8_t *p = rp_node_out_msg(n, RP_DEST_MCAST, RP_T_HEARTBEAT, idle ? RP_MF_IDLE : 0, n->id,
+                                 n->inc, 0, n->next_seq - 1, 0);
     if (!p)
         return RP_ENOMEM;
     if (idle)
@@ -646,148 +693,7 @@ uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto) {
     return k;
 }
 
-/* ---- repair ------------------------------------------------------------ */
-
-void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst) {
-    n->tb_rate = rate > 0 ? rate : 0;
-    n->tb_burst = burst > 1 ? burst : 1;
-    n->tb_tokens = n->tb_burst;
-}
-
-static void tb_refill(rp_node_t *n, int64_t now) {
-    if (n->tb_rate <= 0)
-        return;
-    if (n->tb_last != INT64_MIN && now > n->tb_last) {
-        n->tb_tokens += (double)(now - n->tb_last) * 1e-9 * n->tb_rate;
-        if (n->tb_tokens > n->tb_burst)
-            n->tb_tokens = n->tb_burst;
-    }
-    n->tb_last = now;
-}
-
-static int emit_repair(rp_node_t *n, uint64_t ticket, uint32_t sender, uint32_t inc,
-                       uint64_t dest, int from_logger) {
-    rp_msent_t *e = rp_mstore_entry(&n->store, ticket);
-    int lab = e->label != RP_SRB_NOLABEL;
-    uint8_t fl = (lab ? RP_MF_LABEL : 0) | (from_logger ? RP_MF_FROM_LOGGER : 0);
-    uint8_t *p = out_msg(n, dest, RP_T_REPAIR, fl, sender, inc, 0, e->seq, e->len + (lab ? 8 : 0));
-    if (!p)
-        return -1;
-    if (lab) {
-        rp_st64(p, e->label);
-        p += 8;
-    }
-    if (e->len)
-        memcpy(p, rp_mstore_data(&n->store, e), e->len);
-    return 0;
-}
-
-#define RP_PURGED_BATCH 64
-
-/* PURGED: (seq, superseded-by) pairs of one stream. */
-static void emit_purged(rp_node_t *n, uint64_t dest, uint32_t sender, uint32_t inc,
-                        const uint64_t *pairs, size_t k) {
-    uint8_t *b = out_msg(n, dest, RP_T_PURGED, 0, sender, inc, 0, 0, 16 * k);
-    if (!b)
-        return;
-    for (size_t i = 0; i < 2 * k; i++)
-        rp_st64(b + 8 * i, pairs[i]);
-    n->c[RP_C_PURGED_NOTICES] += k;
-}
-
-size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
-                     uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now) {
-    uint32_t slot;
-    rp_peer_t *p = NULL;
-    if (sender == n->id && inc == n->inc) {
-        slot = RP_SELF_SLOT;
-    } else {
-        slot = rp_node_find_peer(n, sender, inc);
-        if (slot == RP_NO_SLOT)
-            return 0;               /* never heard of it: nothing to say */
-        p = n->peers[slot];
-    }
-    tb_refill(n, now);
-    size_t served = 0, scanned = 0, limited = 0;
-    uint64_t gc = 0, sup = 0;
-    uint64_t purged_pairs[2 * RP_PURGED_BATCH];
-    size_t npurged = 0;
-    for (size_t k = 0; k < niv && scanned < n->max_scan; k++) {
-        for (uint64_t id = iv[k].lo; id <= iv[k].hi && scanned < n->max_scan; id++) {
-            scanned++;
-            int64_t t = rp_mstore_find(&n->store, slot, id);
-            if (t >= 0) {
-                if (n->tb_rate > 0) {
-                    if (n->tb_tokens < 1.0) {
-                        limited++;
-                        continue;
-                    }
-                    n->tb_tokens -= 1.0;
-                }
-                if (emit_repair(n, (uint64_t)t, sender, inc, dest, from_logger) == 0) {
-                    served++;
-                    if (n->tracing)
-                        rp_trace(&n->trace, now, RP_EV_RTX_SERVED, sender, inc, id,
-                                 rp_mstore_entry(&n->store, (uint64_t)t)->len, dest,
-                                 from_logger ? 1 : 0);
-                }
-            } else if (n->log && rp_log_has(n->log, sender, inc, id)) {
-                if (n->tb_rate > 0) {
-                    if (n->tb_tokens < 1.0) {
-                        limited++;
-                        continue;
-                    }
-                    n->tb_tokens -= 1.0;
-                }
-                const uint8_t *pl;
-                uint64_t label;
-                long plen = rp_log_read(n->log, sender, inc, id, &pl, &label);
-                if (plen < 0) {
-                    n->c[RP_C_LOG_ERRORS]++;
-                    continue;
-                }
-                int lab = label != RP_SRB_NOLABEL;
-                uint8_t *o = out_msg(n, dest, RP_T_REPAIR,
-                                     (lab ? RP_MF_LABEL : 0) | RP_MF_FROM_LOGGER, sender, inc, 0,
-                                     id, (size_t)plen + (lab ? 8 : 0));
-                if (o) {
-                    if (lab) {
-                        rp_st64(o, label);
-                        o += 8;
-                    }
-                    if (plen)
-                        memcpy(o, pl, (size_t)plen);
-                    served++;
-                    n->c[RP_C_SERVED_FROM_LOG]++;
-                    if (n->tracing)
-                        rp_trace(&n->trace, now, RP_EV_RTX_SERVED, sender, inc, id,
-                                 (uint32_t)plen, dest, 1);
-                }
-            } else if (n->srb_w && rp_node_srb_purged_by(n, sender, inc, id, &sup)) {
-                /* "purged, superseded by": the requester stops asking */
-                if (npurged == RP_PURGED_BATCH) {
-                    emit_purged(n, dest, sender, inc, purged_pairs, npurged);
-                    npurged = 0;
-                }
-                purged_pairs[2 * npurged] = id;
-                purged_pairs[2 * npurged + 1] = sup;
-                npurged++;
-            } else if (gc_out && !n->log) {
-                int had = p ? rp_seqtrack_received(&p->st, id) : id < n->next_seq;
-                if (had && rp_iset_add(gc_out, id, id) > 0)
-                    gc++;
-            }
-            if (id == UINT64_MAX)
-                break;
-        }
-    }
-    if (npurged)
-        emit_purged(n, dest, sender, inc, purged_pairs, npurged);
-    n->c[RP_C_SERVED] += served;
-    n->c[RP_C_SERVE_LIMITED] += limited;
-    n->c[RP_C_GCNOTE_IDS] += gc;
-    return served;
-}
+/* ---- missing ids -------------------------------------------------------- */
 
 /* out = (a ∩ [from, upto]) minus b, for sorted disjoint interval lists. */
 static size_t diff_clip(const rp_iset_t *a, const rp_iset_t *b, uint64_t from, uint64_t upto,
@@ -834,14 +740,13 @@ size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t from, ui
     if (!p || upto < from)
         return 0;
     switch (phase) {
-    case 0:
+    case RP_PHASE_GOSSIP:
         return diff_clip(&p->st.missing, &p->lmissing, from, upto, out, max);
-    case 1:
+    case RP_PHASE_LOGGER:
         return diff_clip(&p->lmissing, NULL, from, upto, out, max);
-    case 2:
+    case RP_PHASE_ALL:
         return diff_clip(&p->st.missing, NULL, from, upto, out, max);
-    default: {
-        /* Gossip phase not yet asked for since the last full round. */
+    default: {          /* RP_PHASE_NEW (and anything else, as before) */
         size_t k = diff_clip(&p->st.missing, &p->lmissing, from, upto, out, max);
         if (!k || !p->inflight.n)
             return k;

@@ -23,11 +23,23 @@
 #include "seqtrack.h"
 #include "signature.h"
 #include "srb.h"
+#include "tbucket.h"
 #include "trace.h"
 #include "wire.h"
 
 #define RP_SELF_SLOT 0xFFFFFFFEu
 #define RP_NO_SLOT   0xFFFFFFFFu
+#define RP_NOT_IDLE  UINT64_MAX    /* rp_peer_t.idle_seq of a stream not known idle */
+
+/* Repair phases of a peer's missing ids (rp_node_missing).  An id starts in
+ * the gossip phase (asked of peers); a GcNOTE or a timeout moves it to the
+ * logger phase (asked of loggers, or the sender). */
+enum {
+    RP_PHASE_GOSSIP = 0,   /* missing, minus the logger phase */
+    RP_PHASE_LOGGER = 1,   /* the logger phase */
+    RP_PHASE_ALL = 2,      /* both */
+    RP_PHASE_NEW = 3,      /* gossip phase, not asked for since the last full round */
+};
 
 /* Counters (rp_node_t.c[]).  Names in rp_node_counter_names. */
 enum {
@@ -80,7 +92,7 @@ typedef struct {
     rp_seqtrack_t st;
     rp_iset_t lmissing;        /* logger-phase subset of st.missing */
     rp_iset_t inflight;        /* gossip-phase ids asked for since the last full round */
-    uint64_t idle_seq;         /* UINT64_MAX unless known idle at idle_seq */
+    uint64_t idle_seq;         /* RP_NOT_IDLE unless known idle at idle_seq */
     uint64_t gossip_cursor;    /* where the next digest starts (rotation) */
     int64_t last_heard;        /* ns */
     uint64_t addr;             /* where its DATA comes from (its unicast address) */
@@ -144,9 +156,8 @@ typedef struct {
     size_t nctl, ctlcap;
     /* gap detected since the control plane last looked */
     uint32_t nack_pending;
-    /* repair rate limit: token bucket (repairs), 0 rate = unlimited */
-    double tb_rate, tb_burst, tb_tokens;
-    int64_t tb_last;
+    /* repair rate limit: a token per REPAIR (serve.h) */
+    rp_tbucket_t repair_rate;
     /* counters */
     uint64_t c[RP_C__COUNT];
     uint64_t rx_reason[RP_WR__COUNT];
@@ -206,6 +217,21 @@ uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns);
 
 RP_INLINE void rp_node_ctl_clear(rp_node_t *n) { n->nctl = 0; }
 
+/* ---- output ------------------------------------------------------------ */
+
+/* Reserve a message towards dest in the outbox, counted in msgs_out and
+ * bytes_out; returns its body to fill, or NULL if it does not fit. */
+RP_INLINE uint8_t *rp_node_out_msg(rp_node_t *n, uint64_t dest, uint8_t type, uint8_t flags,
+                                   uint32_t sender, uint32_t inc, uint32_t aux, uint64_t seq,
+                                   size_t body_len) {
+    uint8_t *p = rp_out_msg(&n->out, dest, type, flags, sender, inc, aux, seq, body_len);
+    if (p) {
+        n->msgs_out[type]++;
+        n->bytes_out[type] += RP_MSG_HDR + body_len;
+    }
+    return p;
+}
+
 /* ---- send -------------------------------------------------------------- */
 
 /* Publish one message: assigns the next seq, stores it (send buffer and
@@ -229,17 +255,10 @@ uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto);
 
 /* ---- repair ------------------------------------------------------------ */
 
-/* Serve a request for ids [iv] of (sender, inc) to dest: REPAIR for what the
- * store holds; ids received here but no longer stored are added to gc_out
- * (the GcNOTE to send back).  At most max_scan ids are examined and the
- * repair rate limit applies.  from_logger marks the repairs.  Returns
- * repairs queued. */
-size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
-                     uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now);
+/* Serving requests (REPAIR, PURGED, GcNOTE): serve.h. */
 
-/* Missing ids of a peer in the given phase as intervals into out (at most
- * max), clipped to [from, upto].  phase 0: gossip phase (missing minus
- * logger phase); 1: logger phase; 2: both.  Returns intervals written. */
+/* Missing ids of a peer in the given phase (RP_PHASE_*) as intervals into
+ * out (at most max), clipped to [from, upto].  Returns intervals written. */
 size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t from, uint64_t upto,
                        rp_ival_t *out, size_t max);
 
@@ -283,9 +302,6 @@ int rp_node_srb_purged_by(rp_node_t *n, uint32_t sender, uint32_t inc, uint64_t 
 /* Gossip-round tick: age the gossip buffer (drop entries older than
  * gclimit rounds, and beyond max_bytes). */
 uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes);
-
-/* Repair rate limit (§7.1): rate repairs/s, burst tokens; rate 0 = none. */
-void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst);
 
 /* ---- delivery ---------------------------------------------------------- */
 

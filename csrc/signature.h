@@ -17,6 +17,9 @@
 
 #include "rp_common.h"
 
+/* The seed of every rpbcast signature: the bytes "rpbcast1". */
+#define RP_SIG_SEED 0x7270626361737431ULL
+
 uint64_t rp_xxh64(const void *data, size_t len, uint64_t seed);
 
 RP_INLINE uint64_t rp_sig_entry(uint32_t key, uint32_t a, uint64_t b, uint64_t seed) {

@@ -2,6 +2,14 @@
 
 #include <stdlib.h>
 
+const char *const rp_trace_event_names[RP_EV__COUNT] = {
+    [RP_EV_SEND] = "send", [RP_EV_RECV] = "recv", [RP_EV_RECV_DUP] = "recv_dup",
+    [RP_EV_DELIVER] = "deliver", [RP_EV_GAP] = "gap", [RP_EV_GOSSIP_OUT] = "gossip_out",
+    [RP_EV_GOSSIP_IN] = "gossip_in", [RP_EV_RTX_REQ] = "rtx_req", [RP_EV_RTX_SERVED] = "rtx_served",
+    [RP_EV_GCNOTE] = "gcnote", [RP_EV_HEARTBEAT] = "heartbeat", [RP_EV_MEMBER] = "member",
+    [RP_EV_PURGE] = "purge", [RP_EV_LOST] = "lost",
+};
+
 int rp_trace_init(rp_trace_t *tr, size_t cap) {
     memset(tr, 0, sizeof(*tr));
     if (!cap)

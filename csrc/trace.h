@@ -32,6 +32,9 @@ enum {
     RP_EV__COUNT
 };
 
+/* Event names as traces store them (docs/traces.md); [0] is NULL. */
+extern const char *const rp_trace_event_names[RP_EV__COUNT];
+
 /* The newest row's key, packed in one cache line: comparing an event with
  * it touches one line instead of one per column. */
 typedef struct {

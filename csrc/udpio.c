@@ -219,8 +219,10 @@ typedef struct {
     uint16_t seg;          /* GSO segment size, 0 = none */
 } run_t;
 
-int rp_sock_send(rp_sock_t *s, rp_outbox_t *o, uint64_t mcast_addr, const uint64_t *fan,
-                 uint32_t nfan, size_t *consumed) {
+/* One sendmmsg call being put together: runs of datagrams (a GSO run, or a
+ * single datagram), each times its destinations (one, or every fan-out
+ * address for a multicast run). */
+typedef struct {
     struct mmsghdr mm[TX_BATCH];
     struct iovec iov[TX_BATCH * 4];
     struct sockaddr_in sa[TX_BATCH];
@@ -229,110 +231,146 @@ int rp_sock_send(rp_sock_t *s, rp_outbox_t *o, uint64_t mcast_addr, const uint64
         struct cmsghdr align;
     } ctl[TX_BATCH];
     run_t runs[TX_BATCH];
+    size_t run_of_msg[TX_BATCH];
+    size_t nm, niov, nr;
+} tx_call_t;
+
+/* Datagrams from o->d[i] on that can go as one GSO send: same destination,
+ * equal sizes (the last may be shorter), within the kernel's limits. */
+static size_t gso_run(const rp_sock_t *s, const rp_outbox_t *o, size_t i) {
+    const rp_outd_t *d = &o->d[i];
+    size_t k = 1, bytes = d->len;
+    if (s->gso == 0)
+        return 1;
+    while (i + k < o->n && k < GSO_MAX_SEGS && o->d[i + k].dest == d->dest &&
+           o->d[i + k].len <= d->len && bytes + o->d[i + k].len <= GSO_MAX_BYTES &&
+           o->d[i + k - 1].len == d->len) {
+        bytes += o->d[i + k].len;
+        k++;
+    }
+    return k;
+}
+
+/* One message of the call: run nr's iovecs to addr, with a UDP_SEGMENT
+ * control message when the run has more than one datagram. */
+static void add_copy(tx_call_t *c, uint64_t addr, size_t iv0) {
+    const run_t *run = &c->runs[c->nr];
+    size_t m = c->nm++;
+    struct msghdr *h = &c->mm[m].msg_hdr;
+    sa_from(&c->sa[m], addr);
+    memset(&c->mm[m], 0, sizeof(c->mm[m]));
+    h->msg_name = &c->sa[m];
+    h->msg_namelen = sizeof(c->sa[m]);
+    h->msg_iov = &c->iov[iv0];
+    h->msg_iovlen = run->count;
+    if (run->count > 1) {
+        memset(c->ctl[m].buf, 0, sizeof(c->ctl[m].buf));
+        h->msg_control = c->ctl[m].buf;
+        h->msg_controllen = sizeof(c->ctl[m].buf);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(h);
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t seg = run->seg;
+        memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    }
+    c->run_of_msg[m] = c->nr;
+}
+
+/* Group the datagrams from o->d[i] on into runs, and runs x destinations
+ * into messages, as many as fit one call. */
+static void plan_call(tx_call_t *c, const rp_sock_t *s, const rp_outbox_t *o, size_t i,
+                      uint64_t mcast_addr, const uint64_t *fan, uint32_t nfan) {
+    c->nm = c->niov = c->nr = 0;
+    while (i < o->n && c->nm < TX_BATCH && c->nr < TX_BATCH) {
+        const rp_outd_t *d = &o->d[i];
+        size_t k = gso_run(s, o, i);
+        uint32_t ndest = (d->dest == RP_DEST_MCAST && fan) ? nfan : 1;
+        if (c->nm + ndest > TX_BATCH || c->niov + k > sizeof(c->iov) / sizeof(c->iov[0]))
+            break;
+        run_t *run = &c->runs[c->nr];
+        run->first = i;
+        run->count = k;
+        run->dest = d->dest;
+        run->seg = k > 1 ? (uint16_t)d->len : 0;
+        size_t iv0 = c->niov;
+        for (size_t j = 0; j < k; j++) {
+            c->iov[c->niov].iov_base = o->buf + o->d[i + j].off;
+            c->iov[c->niov].iov_len = o->d[i + j].len;
+            c->niov++;
+        }
+        for (uint32_t f = 0; f < ndest; f++)
+            add_copy(c, d->dest == RP_DEST_MCAST ? (fan ? fan[f] : mcast_addr) : d->dest, iv0);
+        c->nr++;
+        i += k;
+    }
+}
+
+/* The call failed with errno e: if it carried GSO sends and the kernel has
+ * no UDP GSO, turn GSO off (the caller tries again without it). */
+static int gso_refused(rp_sock_t *s, const tx_call_t *c, int e) {
+    if (!(e == EIO || e == EINVAL || e == ENOPROTOOPT || e == EOPNOTSUPP) || s->gso == 0)
+        return 0;
+    for (size_t m = 0; m < c->nm; m++)
+        if (c->mm[m].msg_hdr.msg_iovlen > 1) {
+            s->gso = 0;
+            return 1;
+        }
+    return 0;
+}
+
+/* Count the first r messages of the call as sent. */
+static void count_sent(rp_sock_t *s, const tx_call_t *c, int r) {
+    if (r > 0 && s->gso == -1) {
+        for (int m = 0; m < r; m++)
+            if (c->mm[m].msg_hdr.msg_iovlen > 1)
+                s->gso = 1;         /* it worked: GSO is there */
+    }
+    s->n_tx_calls++;
+    for (int m = 0; m < r; m++) {
+        s->n_tx_dgrams += c->mm[m].msg_hdr.msg_iovlen;
+        if (c->mm[m].msg_hdr.msg_iovlen > 1)
+            s->n_tx_gso++;
+    }
+}
+
+/* Datagrams are consumed when every copy of their run went out: the end of
+ * the last run whose messages are all among the first r (from `done`). */
+static size_t consumed_upto(const tx_call_t *c, size_t done, int r) {
+    for (size_t rr = 0; rr < c->nr; rr++) {
+        for (size_t m = (size_t)r; m < c->nm; m++)
+            if (c->run_of_msg[m] == rr)
+                return done;
+        done = c->runs[rr].first + c->runs[rr].count;
+    }
+    return done;
+}
+
+int rp_sock_send(rp_sock_t *s, rp_outbox_t *o, uint64_t mcast_addr, const uint64_t *fan,
+                 uint32_t nfan, size_t *consumed) {
+    tx_call_t c;
     size_t done = 0;
     int sent_total = 0;
     *consumed = 0;
     while (done < o->n) {
-        /* Group the next datagrams into runs, then runs x destinations into
-         * mmsghdrs, as many as fit one sendmmsg call. */
-        size_t nm = 0, niov = 0, nr = 0, i = done;
-        size_t run_of_msg[TX_BATCH];
-        while (i < o->n && nm < TX_BATCH && nr < TX_BATCH) {
-            rp_outd_t *d = &o->d[i];
-            size_t k = 1, bytes = d->len;
-            if (s->gso != 0) {
-                while (i + k < o->n && k < GSO_MAX_SEGS && o->d[i + k].dest == d->dest &&
-                       o->d[i + k].len <= d->len && bytes + o->d[i + k].len <= GSO_MAX_BYTES &&
-                       o->d[i + k - 1].len == d->len) {
-                    bytes += o->d[i + k].len;
-                    k++;
-                }
-            }
-            uint32_t ndest = (d->dest == RP_DEST_MCAST && fan) ? nfan : 1;
-            if (nm + ndest > TX_BATCH || niov + k > sizeof(iov) / sizeof(iov[0]))
-                break;
-            runs[nr].first = i;
-            runs[nr].count = k;
-            runs[nr].dest = d->dest;
-            runs[nr].seg = k > 1 ? (uint16_t)d->len : 0;
-            size_t iv0 = niov;
-            for (size_t j = 0; j < k; j++) {
-                iov[niov].iov_base = o->buf + o->d[i + j].off;
-                iov[niov].iov_len = o->d[i + j].len;
-                niov++;
-            }
-            for (uint32_t f = 0; f < ndest; f++) {
-                uint64_t a = d->dest == RP_DEST_MCAST ? (fan ? fan[f] : mcast_addr) : d->dest;
-                sa_from(&sa[nm], a);
-                memset(&mm[nm], 0, sizeof(mm[nm]));
-                mm[nm].msg_hdr.msg_name = &sa[nm];
-                mm[nm].msg_hdr.msg_namelen = sizeof(sa[nm]);
-                mm[nm].msg_hdr.msg_iov = &iov[iv0];
-                mm[nm].msg_hdr.msg_iovlen = k;
-                if (k > 1) {
-                    memset(ctl[nm].buf, 0, sizeof(ctl[nm].buf));
-                    mm[nm].msg_hdr.msg_control = ctl[nm].buf;
-                    mm[nm].msg_hdr.msg_controllen = sizeof(ctl[nm].buf);
-                    struct cmsghdr *c = CMSG_FIRSTHDR(&mm[nm].msg_hdr);
-                    c->cmsg_level = SOL_UDP;
-                    c->cmsg_type = UDP_SEGMENT;
-                    c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-                    uint16_t seg = runs[nr].seg;
-                    memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-                }
-                run_of_msg[nm] = nr;
-                nm++;
-            }
-            nr++;
-            i += k;
-        }
-        int r = sendmmsg(s->fd, mm, (unsigned)nm, MSG_DONTWAIT);
+        plan_call(&c, s, o, done, mcast_addr, fan, nfan);
+        int r = sendmmsg(s->fd, c.mm, (unsigned)c.nm, MSG_DONTWAIT);
         if (r < 0) {
             int e = errno;
-            if ((e == EIO || e == EINVAL || e == ENOPROTOOPT || e == EOPNOTSUPP) && s->gso != 0) {
-                /* No UDP GSO here: fall back to one datagram per message. */
-                int had_gso = 0;
-                for (size_t m = 0; m < nm; m++)
-                    if (mm[m].msg_hdr.msg_iovlen > 1)
-                        had_gso = 1;
-                if (had_gso) {
-                    s->gso = 0;
-                    continue;
-                }
-            }
+            if (gso_refused(s, &c, e))
+                continue;           /* again, one datagram per message */
             if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS || e == EINTR)
                 break;
             /* Anything else (EMSGSIZE, unreachable, ...): drop the first run
              * rather than spin on it; the protocol repairs what is lost. */
             s->n_tx_errors++;
-            done = runs[0].first + runs[0].count;
+            done = c.runs[0].first + c.runs[0].count;
             continue;
         }
-        if (r > 0 && s->gso == -1) {
-            for (int m = 0; m < r; m++)
-                if (mm[m].msg_hdr.msg_iovlen > 1)
-                    s->gso = 1;
-        }
-        s->n_tx_calls++;
-        for (int m = 0; m < r; m++) {
-            s->n_tx_dgrams += mm[m].msg_hdr.msg_iovlen;
-            if (mm[m].msg_hdr.msg_iovlen > 1)
-                s->n_tx_gso++;
-        }
+        count_sent(s, &c, r);
         sent_total += r;
-        /* Datagrams are consumed when every copy of their run went out. */
-        size_t last_full = done;
-        for (size_t rr = 0; rr < nr; rr++) {
-            int all = 1;
-            for (size_t m = (size_t)r; m < nm; m++)
-                if (run_of_msg[m] == rr)
-                    all = 0;
-            if (!all)
-                break;
-            last_full = runs[rr].first + runs[rr].count;
-        }
-        done = last_full;
-        if ((size_t)r < nm)
+        done = consumed_upto(&c, done, r);
+        if ((size_t)r < c.nm)
             break;
     }
     *consumed = done;

@@ -15,6 +15,11 @@ const char *const rp_wire_type_names[RP_T__COUNT] = {
     "window", "seqblock", "ping", "pong",
 };
 
+const char *const rp_wire_section_names[RP_SEC__COUNT] = {
+    [RP_SEC_MISSING] = "missing", [RP_SEC_LASTSEEN] = "lastseen",
+    [RP_SEC_STABILITY] = "stability", [RP_SEC_LIVE] = "live",
+};
+
 /* Flag bits each type defines; anything else is rejected so that a future
  * meaning cannot be silently misread by this version. */
 static const uint8_t known_flags[RP_T__COUNT] = {

@@ -76,6 +76,7 @@ enum {
     RP_SEC_STABILITY = 3,  /* u64 round, u32 m, u32 n, m x (u32 sender, u32 inc, u64 M),
                               m x u64 S, ceil(n/64) x u64 W */
     RP_SEC_LIVE      = 4,  /* u32 n, n x u8 live counters (saturating) */
+    RP_SEC__COUNT    = 5
 };
 
 #define RP_GOSSIP_FIXED    24     /* u64 hb_sig, u64 mem_sig, u64 timestamp */
@@ -108,6 +109,7 @@ enum {
 
 extern const char *const rp_wire_reason_names[RP_WR__COUNT];
 extern const char *const rp_wire_type_names[RP_T__COUNT];
+extern const char *const rp_wire_section_names[RP_SEC__COUNT];   /* [0] is NULL: no kind 0 */
 
 typedef struct {
     uint32_t group;

@@ -21,11 +21,11 @@ import numpy as np
 # rpbcast is imported by _load() on the first input: a core built with
 # -fsanitize-coverage=trace-cmp (see README.md) calls libFuzzer's hooks, which
 # only exist once atheris.Fuzz() has loaded libFuzzer.
-digest = wire = T = R = SECTIONED = None
+digest = wire = T = R = SECTIONED = node = SERVE = None
 
 
 def _load():
-    global digest, wire, T, R, SECTIONED
+    global digest, wire, T, R, SECTIONED, node, SERVE
     # Fuzz() loaded libFuzzer (atheris's core) RTLD_LOCAL; promote it to
     # global scope so the instrumented extensions resolve its hooks.
     import ctypes
@@ -36,9 +36,27 @@ def _load():
         except OSError:
             pass            # not loaded (a build without libFuzzer)
     from rpbcast.core import digest, wire
+    from rpbcast.core.node import SERVE_GCNOTE, Node
     T = wire.MsgType
     R = wire.Reason
     SECTIONED = (T.RTX, T.GCNOTE, T.GAPNOTE)
+    # A node that holds a few of its own messages, to serve MISSING sections.
+    SERVE = SERVE_GCNOTE
+    node = Node(1, 1, 0, max_scan=256)
+    node.hold_send = False
+    for _ in range(8):
+        node.publish(b"m")
+    node.datagrams()
+
+
+def serve(body):
+    """Serve a body of sections (rp_node_serve_missing): never a crash;
+    malformed framing is a WireError and serves nothing."""
+    try:
+        node.serve_missing(body, 2, SERVE, 0)
+    except wire.WireError:
+        assert not node.out_pending
+    node.datagrams()
 
 
 def reencode(h, msgs, data):
@@ -105,6 +123,7 @@ def TestOneInput(data):
     # though the C code itself carries no coverage instrumentation.
     if len(data) >= 4 and data[:2] == b"RP" and data[2] == 1 and data[3] <= 1:
         pass
+    serve(buf)                  # any bytes, taken as a body of sections
     r = wire.check(buf)
     if r != R.OK:
         assert R(r) not in (R.GROUP, R.AUTH), r    # R(r) raises for an unknown code
@@ -120,6 +139,10 @@ def TestOneInput(data):
     for m in msgs:
         T(m.type)
         read_body(m)
+        if m.type in (T.GOSSIP, T.RTX):
+            body = np.frombuffer(m.body, dtype=np.uint8).copy()
+            node.serve_missing(body[wire.GOSSIP_FIXED:] if m.type == T.GOSSIP else body, 2, SERVE, 0)
+            node.datagrams()
     assert reencode(h, msgs, data) == data, "re-encoding differs"
 
 

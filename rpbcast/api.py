@@ -23,10 +23,10 @@ import numpy as np
 
 from rpbcast.drivers import netaddr
 from rpbcast.config import Config, ConfigError, MemberSpec
+from rpbcast.core.node import NOLABEL
 from rpbcast.protocol.engine import Engine
 from rpbcast.drivers.udp import SocketError, Transport
 
-NOLABEL = 0xFFFFFFFFFFFFFFFF
 EPOCH_2024 = 1704067200
 # receive(): messages fetched per refill, into a buffer of this many bytes
 # (a refill stops early when the buffer is full; the rest waits)

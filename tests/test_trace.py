@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rpbcast.core.node import Node
+from rpbcast.core.node import Node, TraceEvent, trace_event_names
 from rpbcast.analysis.tracefile import EVENT_CODES
 
 SEND, RECV, DELIVER, GAP = (EVENT_CODES[e] for e in ("send", "recv", "deliver", "gap"))
@@ -113,3 +113,12 @@ def test_a_full_buffer_still_extends_its_last_row_and_counts_what_it_drops():
     t = snd.take_trace()
     assert t["t_ns"].tolist() == [1, 2] and t["count"].tolist() == [1, 3]
     assert snd.counters()["trace_dropped"] == 2
+
+
+def test_trace_event_codes_come_from_one_place():
+    """TraceEvent is csrc/trace.h's list; the trace file names agree."""
+    from rpbcast.analysis.tracefile import EVENT_NAMES
+    assert trace_event_names() == EVENT_NAMES
+    assert [(e.name, int(e)) for e in TraceEvent][:4] == [("SEND", 1), ("RECV", 2), ("RECV_DUP", 3),
+                                                          ("DELIVER", 4)]
+    assert TraceEvent.LOST == 14 and len(TraceEvent) == 14

@@ -103,6 +103,21 @@ def test_every_type_has_an_example_and_names_match():
     assert (wire.DG_HDR, wire.MSG_HDR, wire.MAGIC, wire.VERSION) == (24, 24, 0x5052, 1)
 
 
+def test_codes_are_the_wire_formats():
+    """The enums and flags come from csrc/wire.h; these are the numbers
+    docs/wire-format.md gives them."""
+    assert [(t.name, int(t)) for t in T] == [(n, i) for i, n in enumerate(
+        "PAD DATA REPAIR HEARTBEAT GOSSIP HBLIST RTX GCNOTE LOGACK JOIN LEAVE MEMBERS STABILITY "
+        "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG".split())]
+    assert [(r.name, int(r)) for r in R] == [(n, i) for i, n in enumerate(
+        "OK SHORT OVERSIZE MAGIC VERSION DFLAGS MAC COUNT MSG_TRUNC BODY_TRUNC TRAILING TYPE FLAGS "
+        "BODY SEQ GROUP AUTH".split())]
+    assert [(k.name, int(k)) for k in wire.Section] == [("MISSING", 1), ("LASTSEEN", 2),
+                                                         ("STABILITY", 3), ("LIVE", 4)]
+    assert (wire.F_LABEL, wire.F_FROM_LOGGER, wire.F_IDLE, wire.F_FIRST) == (1, 2, 1, 2)
+    assert (wire.F_REPLY, wire.F_PUSH, wire.F_VECTOR, wire.F_LOST, wire.DGF_MAC) == (1, 2, 4, 1, 1)
+
+
 # ---- round trips ---------------------------------------------------------------
 
 

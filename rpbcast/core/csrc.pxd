@@ -61,6 +61,7 @@ cdef extern from "digest.h" nogil:
         RP_DIG_BAD_VARINT
         RP_DIG_BAD_RANGE
         RP_DIG_TOO_MANY
+    const char *rp_digest_error_name(long code)
     size_t rp_digest_encode(const rp_ival_t *iv, size_t n, uint64_t frm, uint64_t upto,
                             uint8_t *buf, size_t budget, uint64_t *out_upto, size_t *out_n)
     long rp_digest_decode(const uint8_t *buf, size_t length, rp_ival_t *out, size_t max_out,
@@ -71,6 +72,7 @@ cdef extern from "digest.h" nogil:
 
 
 cdef extern from "signature.h" nogil:
+    uint64_t RP_SIG_SEED
     uint64_t rp_xxh64(const void *data, size_t length, uint64_t seed)
     uint64_t rp_sig_entry(uint32_t key, uint32_t a, uint64_t b, uint64_t seed)
     ctypedef struct rp_sigvec_t:
@@ -230,11 +232,49 @@ cdef extern from "wire.h" nogil:
         RP_GOSSIP_FIXED
         RP_MEMBER_ENTRY
         RP_HB_ENTRY
+    enum:
+        RP_T_PAD
+        RP_T_DATA
+        RP_T_REPAIR
+        RP_T_HEARTBEAT
+        RP_T_GOSSIP
+        RP_T_HBLIST
+        RP_T_RTX
+        RP_T_GCNOTE
+        RP_T_LOGACK
+        RP_T_JOIN
+        RP_T_LEAVE
+        RP_T_MEMBERS
+        RP_T_STABILITY
+        RP_T_GAPNOTE
+        RP_T_PURGED
+        RP_T_WINDOW
+        RP_T_SEQBLOCK
+        RP_T_PING
+        RP_T_PONG
         RP_T__COUNT
-        RP_WR__COUNT
+    enum:
+        RP_MF_LABEL
+        RP_MF_FROM_LOGGER
+        RP_MF_IDLE
+        RP_MF_FIRST
+        RP_MF_REPLY
+        RP_MF_PUSH
+        RP_MF_VECTOR
+        RP_MF_LOST
+    enum:
+        RP_SEC_MISSING
+        RP_SEC_LASTSEEN
+        RP_SEC_STABILITY
+        RP_SEC_LIVE
+        RP_SEC__COUNT
+    enum:
         RP_WR_OK
+        RP_WR_BODY
+        RP_WR__COUNT
     const char *rp_wire_reason_names[]
     const char *rp_wire_type_names[]
+    const char *rp_wire_section_names[]
     ctypedef struct rp_dghdr_t:
         uint32_t group
         uint32_t source
@@ -302,7 +342,22 @@ cdef extern from "outbox.h" nogil:
 
 cdef extern from "trace.h" nogil:
     enum:
+        RP_EV_SEND
+        RP_EV_RECV
+        RP_EV_RECV_DUP
+        RP_EV_DELIVER
+        RP_EV_GAP
+        RP_EV_GOSSIP_OUT
+        RP_EV_GOSSIP_IN
+        RP_EV_RTX_REQ
+        RP_EV_RTX_SERVED
+        RP_EV_GCNOTE
+        RP_EV_HEARTBEAT
+        RP_EV_MEMBER
+        RP_EV_PURGE
+        RP_EV_LOST
         RP_EV__COUNT
+    const char *rp_trace_event_names[]
     ctypedef struct rp_trace_t:
         size_t cap, n
         int64_t *t
@@ -370,6 +425,12 @@ cdef extern from "conflate.h" nogil:
 cdef extern from "node.h" nogil:
     uint32_t RP_SELF_SLOT
     uint32_t RP_NO_SLOT
+    uint64_t RP_NOT_IDLE
+    enum:
+        RP_PHASE_GOSSIP
+        RP_PHASE_LOGGER
+        RP_PHASE_ALL
+        RP_PHASE_NEW
     enum:
         RP_C__COUNT
         RP_C_LOGGED
@@ -436,14 +497,15 @@ cdef extern from "node.h" nogil:
     int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now)
     uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns)
     void rp_node_ctl_clear(rp_node_t *n)
+    uint8_t *rp_node_out_msg(rp_node_t *n, uint64_t dest, uint8_t type, uint8_t flags,
+                             uint32_t sender, uint32_t inc, uint32_t aux, uint64_t seq,
+                             size_t body_len)
     int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t length, uint64_t label,
                             int64_t now)
     size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
                                  const uint64_t *labels, size_t count, int64_t now)
     int rp_node_send_heartbeat(rp_node_t *n, int idle)
     uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto)
-    size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
-                         uint64_t dest, int from_logger, rp_iset_t *gc_out, int64_t now)
     size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t frm, uint64_t upto,
                            rp_ival_t *out, size_t mx)
     int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
@@ -455,11 +517,37 @@ cdef extern from "node.h" nogil:
     int rp_node_srb_purged(rp_node_t *n, uint32_t slot, uint64_t seq, uint64_t sup, int64_t now)
     int64_t rp_node_srb_window(rp_node_t *n, uint32_t slot, uint64_t low, int64_t now)
     int rp_node_srb_purged_by(rp_node_t *n, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t *sup)
-    void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst)
     size_t rp_node_recv(rp_node_t *n, size_t mx, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                         uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
                         uint8_t *buf, size_t cap, int64_t now)
     uint64_t rp_node_pending(const rp_node_t *n)
+
+
+cdef extern from "serve.h" nogil:
+    enum:
+        RP_SERVE_FROM_LOGGER
+        RP_SERVE_GCNOTE
+        RP_SERVE_GCNOTE_AT_ONCE
+    ctypedef struct rp_served_sec_t:
+        uint32_t sender, inc
+        size_t asked, nasked
+        size_t left, nleft
+        size_t gc, ngc
+        uint64_t gc_ids
+        uint64_t served
+    ctypedef struct rp_served_t:
+        rp_served_sec_t *sec
+        size_t nsec
+        rp_ival_t *iv
+        size_t niv
+    void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst)
+    size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
+                         uint64_t dest, int from_logger, rp_iset_t *gc_out, rp_iset_t *left_out,
+                         int64_t now)
+    void rp_served_init(rp_served_t *s)
+    void rp_served_free(rp_served_t *s)
+    int rp_node_serve_missing(rp_node_t *n, const uint8_t *body, size_t length, uint64_t dest,
+                              unsigned peers, unsigned own, int64_t now, rp_served_t *out)
 
 
 cdef extern from "udpio.h" nogil:

@@ -20,12 +20,9 @@ class DigestError(ValueError):
     """A digest that does not decode: the reason is in the message."""
 
 
-_REASONS = {
-    RP_DIG_TRUNCATED: "truncated",
-    RP_DIG_BAD_VARINT: "bad varint",
-    RP_DIG_BAD_RANGE: "interval outside its window or overflowing",
-    RP_DIG_TOO_MANY: "more intervals than allowed",
-}
+cdef str _reason(long code):
+    cdef const char *name = rp_digest_error_name(code)
+    return name.decode() if name != NULL else str(code)
 
 
 def _as_intervals(intervals):
@@ -75,14 +72,14 @@ def decode(const uint8_t[::1] data not None, size_t max_intervals=1 << 20):
         raise DigestError("truncated")
     r = rp_digest_check(&data[0], length, &n)
     if r < 0:
-        raise DigestError(_REASONS.get(r, str(r)))
+        raise DigestError(_reason(r))
     if n > max_intervals:
-        raise DigestError(_REASONS[RP_DIG_TOO_MANY])
+        raise DigestError(_reason(RP_DIG_TOO_MANY))
     out = np.empty((n, 2), dtype=np.uint64)
     cdef uint64_t[:, ::1] o = out
     cdef uint64_t frm = 0, upto = 0
     r = rp_digest_decode(&data[0], length, <rp_ival_t *>&o[0, 0] if n else NULL, n, &n,
                          &frm, &upto)
     if r < 0:
-        raise DigestError(_REASONS.get(r, str(r)))
+        raise DigestError(_reason(r))
     return out, frm, upto, r

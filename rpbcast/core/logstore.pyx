@@ -11,7 +11,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
 from rpbcast.core.csrc cimport *
 
-NOLABEL = 0xFFFFFFFFFFFFFFFF
+NOLABEL = RP_SRB_NOLABEL
 
 
 def crc32c(const uint8_t[::1] data not None, uint32_t crc=0):

@@ -11,6 +11,9 @@ batch paths (``rx_batch``, ``publish_batch``, ``recv_batch``,
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy
+import enum
+from collections import namedtuple
+
 import numpy as np
 cimport numpy as cnp
 
@@ -24,10 +27,34 @@ SELF_SLOT = RP_SELF_SLOT
 NO_SLOT = RP_NO_SLOT
 NOLABEL = RP_SRB_NOLABEL
 
-PHASE_GOSSIP = 0
-PHASE_LOGGER = 1
-PHASE_ALL = 2
-PHASE_NEW = 3      # gossip phase, not asked for since the last full round
+# Repair phases of missing ids (csrc/node.h).
+PHASE_GOSSIP = RP_PHASE_GOSSIP
+PHASE_LOGGER = RP_PHASE_LOGGER
+PHASE_ALL = RP_PHASE_ALL
+PHASE_NEW = RP_PHASE_NEW      # gossip phase, not asked for since the last full round
+
+# How serve_missing answers a section (csrc/serve.h).
+SERVE_FROM_LOGGER = RP_SERVE_FROM_LOGGER
+SERVE_GCNOTE = RP_SERVE_GCNOTE
+SERVE_GCNOTE_AT_ONCE = RP_SERVE_GCNOTE_AT_ONCE
+
+# Trace event codes, named as traces store them (csrc/trace.h, docs/traces.md).
+TraceEvent = enum.IntEnum(
+    "TraceEvent",
+    [(rp_trace_event_names[i].decode().upper(), i) for i in range(RP_EV__COUNT)
+     if rp_trace_event_names[i] != NULL],
+    module=__name__)
+
+
+def trace_event_names():
+    """{code: name} of every trace event."""
+    return {int(e): e.name.lower() for e in TraceEvent}
+
+
+ServedSection = namedtuple("ServedSection", "sender inc intervals unanswered gcnote_first gcnote_ids served")
+ServedSection.__doc__ = """One MISSING section as Node.serve_missing served it: the stream, the ids
+asked for and the ids left unanswered ((n, 2) uint64 intervals), the first id
+and the number of ids its GcNOTE named (None, 0: no GcNOTE), REPAIRs queued."""
 
 
 def counter_names():
@@ -69,6 +96,13 @@ cdef class Node:
         if rc != RP_OK:
             raise MemoryError()
         self.log = None
+
+    cdef rp_peer_t *peer_at(self, uint32_t slot) except NULL:
+        """The peer in slot; IndexError if there is none."""
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            raise IndexError(slot)
+        return p
 
     def __dealloc__(self):
         self.n.log = NULL
@@ -136,14 +170,12 @@ cdef class Node:
         return self.n.npeers
 
     def peer_info(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return {
             "slot": slot, "id": p.id, "inc": p.inc, "next": p.st.next, "base": p.st.base,
             "contiguous": rp_seqtrack_contiguous(&p.st), "missing": p.st.missing.count,
             "missing_logger": p.lmissing.count, "inflight": p.inflight.count,
-            "idle_seq": None if p.idle_seq == 0xFFFFFFFFFFFFFFFF else p.idle_seq,
+            "idle_seq": None if p.idle_seq == RP_NOT_IDLE else p.idle_seq,
             "last_heard": p.last_heard, "addr": p.addr, "dead": bool(p.dead),
             "rx_new": p.rx_new, "rx_fill": p.rx_fill, "rx_dup": p.rx_dup,
         }
@@ -155,9 +187,7 @@ cdef class Node:
 
     def peer_key(self, uint32_t slot):
         """(id, inc) of a peer slot."""
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return p.id, p.inc
 
     def holds(self, uint32_t sender, uint32_t inc, uint64_t seq):
@@ -175,23 +205,17 @@ cdef class Node:
         return self.n.log != NULL and rp_log_has(self.n.log, sender, inc, seq) != 0
 
     def peer_dead(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return bool(p.dead)
 
     def set_peer_dead(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         p.dead = 1
 
     def mark_received(self, uint32_t slot, const uint64_t[::1] seqs not None):
         """Record seqs as received without a payload (a logger rebuilding its
         trackers from its log after a restart)."""
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         out = np.empty(seqs.shape[0], np.uint8)
         cdef uint8_t[::1] o = out
         if seqs.shape[0]:
@@ -199,27 +223,19 @@ cdef class Node:
         return int((out == 1).sum() + (out == 2).sum())
 
     def peer_next(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return p.st.next
 
     def peer_contiguous(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return rp_seqtrack_contiguous(&p.st)
 
     def peer_received(self, uint32_t slot, uint64_t seq):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return bool(rp_seqtrack_received(&p.st, seq))
 
     def peer_missing_count(self, uint32_t slot, int phase=PHASE_ALL):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         if phase == PHASE_LOGGER:
             return p.lmissing.count
         if phase == PHASE_GOSSIP:
@@ -298,42 +314,24 @@ cdef class Node:
     def publish(self, const uint8_t[::1] payload not None, label=None, int64_t now=0):
         """Publish one message; returns its seq.  Raises BlockingIOError on
         back-pressure (send buffer or FIFO-SRB window full), ValueError if it
-        cannot fit one datagram."""
-        cdef uint64_t lab = RP_SRB_NOLABEL if label is None else <uint64_t>label
+        cannot fit one datagram or its label is the reserved 2**64-1, OSError
+        when a logger could not log it."""
+        cdef uint64_t lab
         cdef uint8_t z = 0
-        if label is not None and lab == RP_SRB_NOLABEL:
-            raise ValueError("label 2**64-1 is reserved")
+        publish_label(label, &lab)
         cdef int64_t r = rp_node_publish(&self.n, &payload[0] if payload.shape[0] else &z,
                                          payload.shape[0], lab, now)
-        if r == RP_EFULL:
-            raise BlockingIOError("back-pressure: send buffer or window full")
-        if r == RP_EINVAL:
-            raise ValueError(f"message of {payload.shape[0]} bytes does not fit the MTU ({self.n.out.mtu})")
-        if r == RP_EIO:
-            raise OSError("this logger could not log its own message (see counter log_errors); nothing was sent")
-        if r < 0:
-            raise MemoryError()
-        return r
+        return published(r, payload.shape[0], self.n.out.mtu)
 
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
-                      labels=None, int64_t now=0):
+                      const uint64_t[::1] labels=None, int64_t now=0):
         """Publish len(lens) messages laid out back to back; returns how many
         went out (fewer on back-pressure, or on a logger whose log refused
-        a write: counter log_errors)."""
-        cdef size_t k = lens.shape[0], i, total = 0
-        for i in range(k):
-            total += lens[i]
-        if total > <size_t>payloads.shape[0]:
-            raise ValueError("lens add up to more than the payload buffer")
-        cdef const uint64_t[::1] lab
-        cdef const uint64_t *lp = NULL
-        if labels is not None:
-            lab = labels
-            if <size_t>lab.shape[0] != k:
-                raise ValueError("labels must have one entry per message")
-            lp = &lab[0] if k else NULL
+        a write: counter log_errors).  A label of 2**64-1 means none."""
+        check_batch(payloads, lens, labels)
+        cdef size_t k = lens.shape[0], done
+        cdef const uint64_t *lp = labels_ptr(labels)
         cdef uint8_t z = 0
-        cdef size_t done
         with nogil:
             done = rp_node_publish_batch(&self.n, &payloads[0] if payloads.shape[0] else &z,
                                          &lens[0] if k else NULL, lp, k, now)
@@ -373,10 +371,47 @@ cdef class Node:
         try:
             served = rp_node_serve(&self.n, sender, inc,
                                    <const rp_ival_t *>&v[0, 0] if a.shape[0] else NULL, a.shape[0],
-                                   dest, from_logger, &gc if want_gc else NULL, now)
+                                   dest, from_logger, &gc if want_gc else NULL, NULL, now)
             return served, [(gc.v[i].lo, gc.v[i].hi) for i in range(gc.n)]
         finally:
             rp_iset_free(&gc)
+
+    def serve_missing(self, const uint8_t[::1] body not None, uint64_t src, unsigned how,
+                      int64_t now=0, own_how=None):
+        """Serve every MISSING section of ``body`` (the sections of a GOSSIP
+        after its fixed part, or an RTX body) to src, in one call: REPAIRs,
+        PURGED notices and, with SERVE_GCNOTE, the GcNOTEs for ids received
+        here but held no more.  ``how`` (SERVE_* bits) applies to peers'
+        streams, ``own_how`` (default: how) to our own.  Sections whose
+        digest does not decode are skipped.  Returns a ServedSection per
+        section served; raises wire.WireError if the sections' framing is
+        malformed (then nothing is served)."""
+        cdef unsigned own = how if own_how is None else <unsigned>own_how
+        cdef rp_served_t out
+        cdef int r
+        cdef uint8_t z = 0
+        cdef size_t i
+        cdef rp_served_sec_t *sec
+        rp_served_init(&out)
+        try:
+            with nogil:
+                r = rp_node_serve_missing(&self.n, &body[0] if body.shape[0] else &z, body.shape[0],
+                                          src, how, own, now, &out)
+            if r == RP_EINVAL:
+                from rpbcast.core.wire import Reason, WireError
+                raise WireError(Reason.BODY)
+            if r < 0:
+                raise MemoryError()
+            result = []
+            for i in range(out.nsec):
+                sec = &out.sec[i]
+                result.append(ServedSection(
+                    sec.sender, sec.inc, _intervals(out.iv + sec.asked, sec.nasked),
+                    _intervals(out.iv + sec.left, sec.nleft),
+                    out.iv[sec.gc].lo if sec.ngc else None, sec.gc_ids, sec.served))
+            return result
+        finally:
+            rp_served_free(&out)
 
     def missing(self, uint32_t slot, int phase=PHASE_GOSSIP, uint64_t frm=0,
                 uint64_t upto=0xFFFFFFFFFFFFFFFF, size_t max_intervals=1 << 16):
@@ -393,9 +428,7 @@ cdef class Node:
         """Digest of a peer's missing ids in a phase within [frm, upto], at
         most ``budget`` bytes.  Returns (digest bytes, covered_upto, n_ids)
         or (b"", None, 0) when nothing is missing there."""
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         if upto >= p.st.next:
             if p.st.next == 0:
                 return b"", None, 0
@@ -428,9 +461,7 @@ cdef class Node:
             free(buf)
 
     def mark_inflight(self, uint32_t slot, uint64_t lo, uint64_t hi):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         rp_iset_add(&p.inflight, lo, hi)
 
     def clear_inflight(self):
@@ -445,15 +476,11 @@ cdef class Node:
         return rp_node_forget(&self.n, slot, lo, hi)
 
     def gossip_cursor(self, uint32_t slot):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         return p.gossip_cursor
 
     def set_gossip_cursor(self, uint32_t slot, uint64_t v):
-        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
-        if p == NULL:
-            raise IndexError(slot)
+        cdef rp_peer_t *p = self.peer_at(slot)
         p.gossip_cursor = v
 
     def stable(self, uint32_t slot, uint64_t below):
@@ -559,7 +586,7 @@ cdef class Node:
             out.append((self.n.id, self.n.inc, self.n.next_seq - 1))
         for i in range(self.n.npeers):
             p = self.n.peers[i]
-            if p.idle_seq != 0xFFFFFFFFFFFFFFFF:
+            if p.idle_seq != RP_NOT_IDLE:
                 out.append((p.id, p.inc, p.idle_seq))
         return out
 
@@ -573,22 +600,11 @@ cdef class Node:
         """Deliver up to max_n messages: payloads back to back into ``buf``.
         Returns (count, senders, incs, seqs, labels, rx_times, offs, lens) as
         NumPy arrays of length count."""
-        senders = np.empty(max_n, np.uint32)
-        incs = np.empty(max_n, np.uint32)
-        seqs = np.empty(max_n, np.uint64)
-        labels = np.empty(max_n, np.uint64)
-        times = np.empty(max_n, np.int64)
-        offs = np.empty(max_n, np.uint32)
-        lens = np.empty(max_n, np.uint32)
-        cdef uint32_t[::1] s_ = senders, i_ = incs, o_ = offs, l_ = lens
-        cdef uint64_t[::1] q_ = seqs, b_ = labels
-        cdef int64_t[::1] t_ = times
-        cdef size_t k = 0
-        if max_n:
-            with nogil:
-                k = rp_node_recv(&self.n, max_n, &s_[0], &i_[0], &q_[0], &b_[0], &t_[0], &o_[0], &l_[0],
-                                 &buf[0] if buf.shape[0] else NULL, buf.shape[0], now)
-        return k, senders[:k], incs[:k], seqs[:k], labels[:k], times[:k], offs[:k], lens[:k]
+        cdef Deliveries d = Deliveries(max_n)
+        cdef size_t k
+        with nogil:
+            k = d.take(&self.n, buf, now)
+        return d.result(k)
 
     # ---- output ----------------------------------------------------------
 
@@ -596,13 +612,11 @@ cdef class Node:
              uint32_t aux, uint64_t seq, const uint8_t[::1] body not None):
         """Queue one control message (built by the control plane)."""
         cdef size_t n = body.shape[0]
-        cdef uint8_t *p = rp_out_msg(&self.n.out, dest, type, flags, sender, inc, aux, seq, n)
+        cdef uint8_t *p = rp_node_out_msg(&self.n, dest, type, flags, sender, inc, aux, seq, n)
         if p == NULL:
             raise ValueError(f"a {n}-byte body does not fit the MTU ({self.n.out.mtu})")
         if n:
             memcpy(p, &body[0], n)
-        self.n.msgs_out[type] += 1
-        self.n.bytes_out[type] += RP_MSG_HDR + n
 
     def room(self, uint64_t dest):
         return rp_out_room(&self.n.out, dest)
@@ -684,3 +698,87 @@ cdef class Node:
         }
         rp_trace_clear(tr)
         return d
+
+
+cdef object _intervals(const rp_ival_t *iv, size_t n):
+    """n intervals as an (n, 2) uint64 array (a copy)."""
+    out = np.empty((n, 2), dtype=np.uint64)
+    cdef uint64_t[:, ::1] o = out
+    if n:
+        memcpy(&o[0, 0], iv, n * sizeof(rp_ival_t))
+    return out
+
+
+# ---- publishing and receiving: shared with the UDP driver (node.pxd) --------
+
+cdef int publish_label(object label, uint64_t *out) except -1:
+    """The C label of publish(label=...): NOLABEL for None; 2**64-1 itself
+    is reserved (it is how the core spells "no label")."""
+    if label is None:
+        out[0] = RP_SRB_NOLABEL
+        return 0
+    out[0] = <uint64_t>label
+    if out[0] == RP_SRB_NOLABEL:
+        raise ValueError("label 2**64-1 is reserved")
+    return 0
+
+
+cdef int64_t published(int64_t r, size_t nbytes, uint32_t mtu) except -1:
+    """rp_node_publish's result: the seq, or the error it stands for raised."""
+    if r >= 0:
+        return r
+    if r == RP_EFULL:
+        raise BlockingIOError("back-pressure: the send buffer is full of unacknowledged messages "
+                              "(is a logger reachable?) or the FIFO-SRB window is closed")
+    if r == RP_EINVAL:
+        raise ValueError(f"a {nbytes}-byte message does not fit the MTU ({mtu} bytes)")
+    if r == RP_EIO:
+        raise OSError("this logger could not log its own message (see counter log_errors); "
+                      "nothing was sent")
+    raise MemoryError()
+
+
+cdef int check_batch(const uint8_t[::1] payloads, const uint32_t[::1] lens,
+                     const uint64_t[::1] labels) except -1:
+    """publish_batch's arguments: lens within the payloads, a label each."""
+    cdef size_t k = lens.shape[0], i, total = 0
+    for i in range(k):
+        total += lens[i]
+    if total > <size_t>payloads.shape[0]:
+        raise ValueError("lens add up to more than the payload buffer")
+    if labels is not None and <size_t>labels.shape[0] != k:
+        raise ValueError("labels must have one entry per message")
+    return 0
+
+
+cdef const uint64_t *labels_ptr(const uint64_t[::1] labels):
+    return &labels[0] if labels is not None and labels.shape[0] else NULL
+
+
+cdef class Deliveries:
+    """The columns one recv_batch fills: NumPy arrays of max_n entries."""
+
+    def __cinit__(self, size_t max_n):
+        self.max_n = max_n
+        self.senders = np.empty(max_n, np.uint32)
+        self.incs = np.empty(max_n, np.uint32)
+        self.seqs = np.empty(max_n, np.uint64)
+        self.labels = np.empty(max_n, np.uint64)
+        self.rx_times = np.empty(max_n, np.int64)
+        self.offs = np.empty(max_n, np.uint32)
+        self.lens = np.empty(max_n, np.uint32)
+        self.s_, self.i_, self.o_, self.l_ = self.senders, self.incs, self.offs, self.lens
+        self.q_, self.b_, self.t_ = self.seqs, self.labels, self.rx_times
+
+    cdef size_t take(self, rp_node_t *n, uint8_t[::1] buf, int64_t now) noexcept nogil:
+        """Deliveries of n into the columns, payloads into buf; how many."""
+        if not self.max_n:
+            return 0
+        return rp_node_recv(n, self.max_n, &self.s_[0], &self.i_[0], &self.q_[0], &self.b_[0],
+                            &self.t_[0], &self.o_[0], &self.l_[0],
+                            &buf[0] if buf.shape[0] else NULL, buf.shape[0], now)
+
+    cdef tuple result(self, size_t k):
+        """(count, senders, incs, seqs, labels, rx_times, offs, lens), k long."""
+        return (k, self.senders[:k], self.incs[:k], self.seqs[:k], self.labels[:k],
+                self.rx_times[:k], self.offs[:k], self.lens[:k])

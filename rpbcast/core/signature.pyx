@@ -11,7 +11,7 @@ from libc.stdint cimport uint8_t, uint32_t, uint64_t
 
 from rpbcast.core.csrc cimport *
 
-DEFAULT_SEED = 0x7270626361737431  # "rpbcast1"
+DEFAULT_SEED = RP_SIG_SEED  # "rpbcast1"
 
 
 def xxh64(const uint8_t[::1] data not None, uint64_t seed=0):

@@ -25,64 +25,25 @@ GOSSIP_FIXED = RP_GOSSIP_FIXED
 MEMBER_ENTRY = RP_MEMBER_ENTRY
 
 
-class MsgType(enum.IntEnum):
-    PAD = 0
-    DATA = 1
-    REPAIR = 2
-    HEARTBEAT = 3
-    GOSSIP = 4
-    HBLIST = 5
-    RTX = 6
-    GCNOTE = 7
-    LOGACK = 8
-    JOIN = 9
-    LEAVE = 10
-    MEMBERS = 11
-    STABILITY = 12
-    GAPNOTE = 13
-    PURGED = 14
-    WINDOW = 15
-    SEQBLOCK = 16
-    PING = 17
-    PONG = 18
+cdef list _names(const char *const *table, int count):
+    """A C name table as [(NAME, code)], skipping unused codes (NULL)."""
+    return [(table[i].decode().upper(), i) for i in range(count) if table[i] != NULL]
 
 
-class Reason(enum.IntEnum):
-    OK = 0
-    SHORT = 1
-    OVERSIZE = 2
-    MAGIC = 3
-    VERSION = 4
-    DFLAGS = 5
-    MAC = 6
-    COUNT = 7
-    MSG_TRUNC = 8
-    BODY_TRUNC = 9
-    TRAILING = 10
-    TYPE = 11
-    FLAGS = 12
-    BODY = 13
-    SEQ = 14
-    GROUP = 15
-    AUTH = 16
+# The enums are built from csrc/wire.c's name tables: one definition.
+MsgType = enum.IntEnum("MsgType", _names(rp_wire_type_names, RP_T__COUNT), module=__name__)
+Reason = enum.IntEnum("Reason", _names(rp_wire_reason_names, RP_WR__COUNT), module=__name__)
+Section = enum.IntEnum("Section", _names(rp_wire_section_names, RP_SEC__COUNT), module=__name__)
 
-
-class Section(enum.IntEnum):
-    MISSING = 1
-    LASTSEEN = 2
-    STABILITY = 3
-    LIVE = 4
-
-
-# Message flags.
-F_LABEL = 0x01
-F_FROM_LOGGER = 0x02
-F_IDLE = 0x01
-F_FIRST = 0x02
-F_REPLY = 0x01
-F_PUSH = 0x02
-F_VECTOR = 0x04
-F_LOST = 0x01
+# Message flags (csrc/wire.h), by type.
+F_LABEL = RP_MF_LABEL              # DATA/REPAIR
+F_FROM_LOGGER = RP_MF_FROM_LOGGER  # REPAIR
+F_IDLE = RP_MF_IDLE                # HEARTBEAT
+F_FIRST = RP_MF_FIRST              # HEARTBEAT
+F_REPLY = RP_MF_REPLY              # HBLIST/MEMBERS/SEQBLOCK
+F_PUSH = RP_MF_PUSH                # HBLIST/MEMBERS
+F_VECTOR = RP_MF_VECTOR            # HBLIST
+F_LOST = RP_MF_LOST                # GAPNOTE
 DGF_MAC = RP_DGF_MAC
 
 

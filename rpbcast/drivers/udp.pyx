@@ -18,7 +18,8 @@ from libc.errno cimport errno
 from posix.unistd cimport read
 
 from rpbcast.core.csrc cimport *
-from rpbcast.core.node cimport Node
+from rpbcast.core.node cimport (Deliveries, Node, check_batch, labels_ptr, publish_label,
+                                 published)
 
 cnp.import_array()
 
@@ -235,33 +236,24 @@ cdef class Transport:
         self._fan_version = self.engine.members.version
 
     # ---- application side -------------------------------------------------
+    # The same checks and errors as the node face (rpbcast.core.node), here
+    # under the loop lock and sent at once.
     def publish(self, const uint8_t[::1] payload not None, label=None):
-        cdef uint64_t lab = RP_SRB_NOLABEL if label is None else <uint64_t>label
+        cdef uint64_t lab
         cdef uint8_t z = 0
         cdef const uint8_t *p = &payload[0] if payload.shape[0] else &z
         cdef uint32_t n = payload.shape[0]
         cdef int64_t seq
+        publish_label(label, &lab)
         with nogil:
             seq = rp_loop_publish1(&self.loop, p, n, lab)
-        if seq == RP_EFULL:
-            raise BlockingIOError("back-pressure: the send buffer is full of unacknowledged messages "
-                                  "(is a logger reachable?) or the FIFO-SRB window is closed")
-        if seq == RP_EINVAL:
-            raise ValueError(f"a {n}-byte message does not fit the MTU ({self.node.n.out.mtu} bytes)")
-        if seq < 0:
-            raise MemoryError()
-        return seq
+        return published(seq, n, self.node.n.out.mtu)
 
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
                       const uint64_t[::1] labels=None):
-        cdef size_t k = lens.shape[0], done, i, total = 0
-        for i in range(k):
-            total += lens[i]
-        if total > <size_t>payloads.shape[0]:
-            raise ValueError("lens add up to more than the payload buffer")
-        if labels is not None and <size_t>labels.shape[0] != k:
-            raise ValueError("labels must have one entry per message")
-        cdef const uint64_t *lp = &labels[0] if labels is not None and k else NULL
+        check_batch(payloads, lens, labels)
+        cdef size_t k = lens.shape[0], done
+        cdef const uint64_t *lp = labels_ptr(labels)
         cdef uint8_t z = 0
         with nogil:
             done = rp_loop_publish(&self.loop, &payloads[0] if payloads.shape[0] else &z,
@@ -271,26 +263,13 @@ cdef class Transport:
     def recv_batch(self, size_t max_n, uint8_t[::1] buf not None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
         rx_times, offs, lens); payloads land back to back in buf."""
-        senders = np.empty(max_n, np.uint32)
-        incs = np.empty(max_n, np.uint32)
-        seqs = np.empty(max_n, np.uint64)
-        labels = np.empty(max_n, np.uint64)
-        times = np.empty(max_n, np.int64)
-        offs = np.empty(max_n, np.uint32)
-        lens = np.empty(max_n, np.uint32)
-        cdef uint32_t[::1] s_ = senders, i_ = incs, o_ = offs, l_ = lens
-        cdef uint64_t[::1] q_ = seqs, b_ = labels
-        cdef int64_t[::1] t_ = times
-        cdef size_t k = 0
-        cdef int64_t now
-        if max_n:
-            with nogil:
-                rp_loop_lock(&self.loop)
-                now = rp_now_ns()
-                k = rp_node_recv(&self.node.n, max_n, &s_[0], &i_[0], &q_[0], &b_[0], &t_[0], &o_[0],
-                                 &l_[0], &buf[0] if buf.shape[0] else NULL, buf.shape[0], now)
-                rp_loop_unlock(&self.loop)
-        return k, senders[:k], incs[:k], seqs[:k], labels[:k], times[:k], offs[:k], lens[:k]
+        cdef Deliveries d = Deliveries(max_n)
+        cdef size_t k
+        with nogil:
+            rp_loop_lock(&self.loop)
+            k = d.take(&self.node.n, buf, rp_now_ns())
+            rp_loop_unlock(&self.loop)
+        return d.result(k)
 
     def pending(self):
         cdef uint64_t k
