@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 @dataclasses.dataclass
 class Plan:
+    """The group and where the run writes (make_plan)."""
     use_ns: bool                    # the run gets a network namespace of its own
     transport: str                  # "multicast" (in the namespace) or "unicast"
     loss_model: str

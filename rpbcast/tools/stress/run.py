@@ -84,8 +84,7 @@ class Supervisor:
         self.restart_at = None          # when the killed receiver comes back (monotonic ns)
         self.expect = self.latest = None
         self.expect_sent = False
-        self.send_end = None
-        self.wait_deadline = None
+        self.wait_deadline = None       # --timeout after the last sender finished
 
     def follow(self):
         """Until done: take the workers' events, kill or restart the victim
@@ -164,7 +163,6 @@ class Supervisor:
             self.group.send([i for i in receivers if i in procs], cmd="expect", counts=self.expect,
                             latest=self.latest)
             self.expect_sent = True
-            self.send_end = now
             self.wait_deadline = now + self.args.timeout
         if (self.expect_sent and self.killed and self.restart_at is None and receivers[0] in procs
                 and receivers[0] not in self.complete and not self.dead):
