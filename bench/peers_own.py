@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 
 from rpbcast import Config, MemberSpec  # noqa: E402
 from rpbcast.api import Node  # noqa: E402
-from rpbcast.tools.stress_worker import count_seqs  # noqa: E402
+from rpbcast.tools.stress.tally import count_seqs  # noqa: E402
 
 GROUP = "239.192.1.77:17500"
 MAX_RECEIVERS = 8

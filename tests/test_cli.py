@@ -72,3 +72,19 @@ def test_bad_config_is_a_clear_error(tmp_path):
 def test_selfcheck():
     r = subprocess.run(rp("selfcheck"), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "all passed" in r.stdout
+
+
+def test_node_options_over_a_config_file(tmp_path):
+    """A TOML file, then the options over it; --member ID=ADDR[/logger]."""
+    import argparse
+
+    from rpbcast.tools.node_options import add_node_options, config_from_args
+    toml = tmp_path / "node.toml"
+    toml.write_text('[rpbcast]\nnode_id = 1\nbind = "127.0.0.1:7401"\ntransport = "unicast"\n')
+    p = argparse.ArgumentParser()
+    add_node_options(p)
+    args = p.parse_args(["-c", str(toml), "--node-id", "2", "--member", "1=127.0.0.1:7401",
+                         "--member", "9=127.0.0.1:7409/logger"])
+    cfg = config_from_args(args, gossip_interval=0.5)
+    assert cfg.node_id == 2 and cfg.transport == "unicast" and cfg.gossip_interval == 0.5
+    assert [(m.node_id, m.role) for m in cfg.members] == [(1, "member"), (9, "logger")]

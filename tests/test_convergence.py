@@ -9,11 +9,14 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from rpbcast.experiments import convergence as cv
+from rpbcast.experiments.convergence import montecarlo
 
 N = 100
 
@@ -122,7 +125,7 @@ def test_monte_carlo_with_a_contact_matrix_matches_the_first_round_exactly():
     p_mc = (r <= 1).mean()
     assert abs(p_mc - p_rec) < 4 * math.sqrt(p_rec * (1 - p_rec) / T)
     # and who contacts whom follows C
-    x = cv._draw_targets(np.random.default_rng(1), 40_000, 8, C, np.cumsum(C, 1), False)
+    x = montecarlo._draw_targets(np.random.default_rng(1), 40_000, 8, C, np.cumsum(C, 1), False)
     freq = np.array([np.bincount(x[:, i], minlength=8) / len(x) for i in range(8)])
     assert np.abs(freq - C).max() < 4 * math.sqrt(0.25 / len(x))
 
@@ -271,3 +274,12 @@ def test_reproduce_writes_the_figure_and_tables(tmp_path):
     assert all(int(r["pull_markov"]) <= int(r["push_markov"]) for r in rows)
     need = cv.chain_rounds(cv.pull_chain(20))
     assert [int(r["pull_markov"]) for r in rows] == list(need[1:20])
+
+
+def test_the_package_runs_as_a_module():
+    """`python -m rpbcast.experiments.convergence` (docs/reproduction.md)
+    reaches the command line of the package."""
+    r = subprocess.run([sys.executable, "-m", "rpbcast.experiments.convergence", "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "--out" in r.stdout and "--no-engine" in r.stdout

@@ -1,4 +1,5 @@
 """The main job end to end: separate processes, real sockets, checks."""
+import argparse
 import json
 import os
 import subprocess
@@ -7,6 +8,8 @@ import sys
 import pytest
 
 from rpbcast.tools import netns
+from rpbcast.tools.stress import cli as stress_cli
+from rpbcast.tools.stress.plan import make_plan, worker_spec
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -99,3 +102,38 @@ def test_slow_receiver_with_fifo_srb_converges_with_bounded_memory(tmp_path):
     assert s["per_receiver_purged"][slow] > 0.5 * s["sent"]       # ... and skips obsolete values
     backlog = s["sent"] - 3000 * 4                                # what reliable delivery would queue
     assert s["buffer_peaks"][slow]["store_entries"] < 0.6 * backlog, (s["buffer_peaks"][slow], backlog)
+
+
+def stress_args(*argv):
+    p = argparse.ArgumentParser()
+    stress_cli.add_parsers(p.add_subparsers(dest="cmd"))
+    return p.parse_args(["stress", *argv])
+
+
+def test_options_are_checked_before_anything_starts(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--size", "4", "--run-dir", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--size must be at least 8" in r.stderr
+    assert not (tmp_path / "run").exists()
+    problem = stress_cli.check_args(stress_args("--transport", "multicast"), use_ns=False)
+    assert "needs root" in problem and "--transport unicast" in problem
+    assert stress_cli.check_args(stress_args(), use_ns=False) is None
+
+
+def test_the_plan_gives_each_worker_its_part(tmp_path):
+    """Without a namespace: unicast on 127.0.0.1 with in-process loss; only
+    the first receiver is throttled and checkpoints where the restart finds it."""
+    args = stress_args("--receivers", "2", "--loggers", "1", "--loss", "0.01", "--slow-receiver", "100",
+                       "--run-dir", str(tmp_path / "run"))
+    plan = make_plan(args, use_ns=False)
+    assert (plan.senders, plan.receivers, plan.loggers) == ([1], [2, 3], [4])
+    assert plan.transport == "unicast" and plan.loss_model.startswith("in-process")
+    assert plan.flow_control == "loggers" and os.path.isdir(plan.work)
+    first, second = (worker_spec(args, plan, i, "receiver") for i in plan.receivers)
+    assert first["slow"] == 100 and second["slow"] == 0
+    assert first["config"]["drop_rate"] == 0.01 and first["config"]["transport"] == "unicast"
+    restarted = worker_spec(args, plan, 2, "receiver", {"restarted": True})
+    assert restarted["restarted"] and restarted["checkpoint"] == first["checkpoint"]
+    logger = worker_spec(args, plan, 4, "logger")
+    assert logger["config"]["log_dir"].startswith(plan.work) and "checkpoint" not in logger
+    assert [m["role"] for m in logger["config"]["members"]] == ["member", "member", "member", "logger"]

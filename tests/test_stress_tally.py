@@ -1,4 +1,4 @@
-"""The stress job's exactly-once checker (rpbcast.tools.stress_worker.Tally) against
+"""The stress job's exactly-once checker (rpbcast.tools.stress.tally.Tally) against
 a plain reference: its NumPy fast paths must count exactly what a Counter
 over every delivered id counts, whatever the batches look like."""
 import collections
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rpbcast.tools.stress_worker import LAT_BINS, Tally, lat_bin, send_stamps
+from rpbcast.tools.stress.tally import LAT_BINS, Tally, lat_bin, send_stamps
 
 NOW = 10 ** 12
 

@@ -11,7 +11,7 @@ import sys
 # (module, what it adds)
 FAMILIES = [
     ("rpbcast.tools.commands", "node, logger, pub, sub, stat, selfcheck"),
-    ("rpbcast.tools.stress", "stress: the main job"),
+    ("rpbcast.tools.stress.cli", "stress: the main job"),
     ("rpbcast.analysis.cli", "analyze, sweep (Spark)"),
     ("rpbcast.sim.cli", "sim: experiments in the simulator"),
     ("rpbcast.experiments.cli", "experiment: the papers' figures and tables"),

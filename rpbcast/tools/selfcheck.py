@@ -10,10 +10,9 @@ import time
 import numpy as np
 
 
-def _checks():
-    from rpbcast.core import digest, signature, srb, stability, wire
-    from rpbcast.core.msgstore import MessageStore
-    from rpbcast.core.seqtrack import NEW, SeqTracker
+def _seqtrack_and_digest():
+    from rpbcast.core import digest
+    from rpbcast.core.seqtrack import SeqTracker
 
     # Sequence tracker: 1% loss over 1M seqs, gaps must equal what we dropped.
     rng = np.random.default_rng(1)
@@ -35,6 +34,10 @@ def _checks():
     yield ("digest: encode/decode the missing set", np.array_equal(back, iv) and upto2 == t.lastseen,
            f"{len(iv)} intervals in {len(b)} bytes")
 
+
+def _signature():
+    from rpbcast.core import signature
+
     # Signature equals the xxhash package's value.
     entries = [(k, k % 3, 1000 + 7 * k) for k in range(100)]
     sig = signature.Signature()
@@ -42,6 +45,10 @@ def _checks():
         sig.set(slot, *e)
     yield ("signature: C XXH64 sum == xxhash package", sig.value == signature.reference(entries),
            f"0x{sig.value:016x}")
+
+
+def _stability():
+    from rpbcast.core import stability
 
     # Stability: 4 members exchange gossip until a round completes.
     members = [stability.StabilityArrays(1, 4, i) for i in range(4)]
@@ -56,12 +63,20 @@ def _checks():
     ok = all(int(m.S[0]) == 10 for m in members)
     yield ("stability: 4 members agree S = min R", ok, f"S={[int(m.S[0]) for m in members]}")
 
+
+def _srb():
+    from rpbcast.core import srb
+
     # FIFO-SRB: newest value per label survives, FIFO order kept.
     q = srb.SRBQueue()
     for seq, label in enumerate([1, 2, 1, 3, 1]):
         q.insert(seq, label, seq)
     got = [s for _, s in q.pop()]
     yield ("srb: queue purges obsolete values", got == [1, 3, 4], f"delivered seqs {got}")
+
+
+def _msgstore():
+    from rpbcast.core.msgstore import MessageStore
 
     # Message store: put, find, release, reuse.
     st = MessageStore(1 << 16, 64)
@@ -71,6 +86,10 @@ def _checks():
         st.release(tk, 0xFF)
     yield ("msgstore: put/find/release", found and len(st) == 0, "32 entries stored and freed")
 
+
+def _wire():
+    from rpbcast.core import wire
+
     # Wire: build, parse, reject a corrupted copy.
     dg = wire.datagram([(wire.MsgType.DATA, 0, 7, 1, 0, 42, b"payload")])
     h, msgs = wire.parse(dg)
@@ -78,6 +97,15 @@ def _checks():
     bad[0] ^= 0xFF
     yield ("wire: round trip and rejection", msgs[0].seq == 42 and wire.check(bytes(bad)) == wire.Reason.MAGIC,
            f"{len(dg)}-byte datagram")
+
+
+CHECKS = [_seqtrack_and_digest, _signature, _stability, _srb, _msgstore, _wire]
+
+
+def _checks():
+    """(name, ok, detail) for every check, in order."""
+    for check in CHECKS:
+        yield from check()
 
 
 def run(verbose=True):

@@ -1,0 +1,3 @@
+from rpbcast.experiments.convergence.cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""The group of a stress run, decided before anything starts: node ids and
+roles, addresses, the transport and loss model, the run directory, and the
+spec each worker process is started with."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+import time
+import uuid
+from typing import Dict, List, Optional
+
+
+@dataclasses.dataclass
+class Plan:
+    """The group and where the run writes (make_plan)."""
+    use_ns: bool                    # the run gets a network namespace of its own
+    transport: str                  # "multicast" (in the namespace) or "unicast"
+    loss_model: str
+    run_id: str
+    run_dir: str
+    work: str                       # run_dir/work: logs, checkpoints, worker stderr
+    senders: List[int]
+    receivers: List[int]
+    loggers: List[int]
+    addrs: Dict[int, str]
+    flow_control: str
+
+    def role_of(self, i) -> str:
+        """The node's role in the member list."""
+        return "logger" if i in self.loggers else "member"
+
+    def members(self):
+        return [{"node_id": i, "addr": self.addrs[i], "role": self.role_of(i)}
+                for i in self.senders + self.receivers + self.loggers]
+
+    def addr_to_node(self):
+        from rpbcast.drivers import netaddr
+        return {netaddr.addr_of(a): i for i, a in self.addrs.items()}
+
+
+def make_plan(args, use_ns) -> Plan:
+    """The run's plan; makes its run directory (a temporary one unless
+    --run-dir)."""
+    transport = "multicast" if use_ns else "unicast"
+    loss_model = ("kernel (iptables statistic, namespace INPUT)" if use_ns else "in-process (receive side)") \
+        if args.loss else "none"
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_dir = args.run_dir or tempfile.mkdtemp(prefix="rpbcast-stress-")
+    os.makedirs(run_dir, exist_ok=True)
+    work = os.path.join(run_dir, "work")
+    os.makedirs(work, exist_ok=True)
+    senders, receivers, loggers, addrs = node_ids(args, use_ns)
+    return Plan(use_ns, transport, loss_model, run_id, run_dir, work, senders, receivers, loggers, addrs,
+                flow_control_of(args, loggers))
+
+
+def node_ids(args, use_ns):
+    """Node ids, addresses and roles."""
+    senders = list(range(1, args.senders + 1))
+    receivers = list(range(args.senders + 1, args.senders + args.receivers + 1))
+    loggers = list(range(args.senders + args.receivers + 1, args.senders + args.receivers + args.loggers + 1))
+    # in the host's own network, ports apart from other runs' (a namespace is the run's alone)
+    base = 17000 + (os.getpid() % 1000) * 20 if not use_ns else 17000
+    addrs = {i: f"127.0.0.1:{base + i}" for i in senders + receivers + loggers}
+    return senders, receivers, loggers, addrs
+
+
+def flow_control_of(args, loggers):
+    """Config.flow_control for the run: --flow-control, or with auto the
+    loggers' acknowledgments when there are loggers, else the receivers'."""
+    if args.flow_control != "auto":
+        return args.flow_control
+    return "loggers" if loggers else "receivers"
+
+
+def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = None) -> dict:
+    """What worker process i is started with: its node's configuration and
+    its part in the run (rpbcast.tools.stress.worker)."""
+    cfg = {"node_id": i, "bind": plan.addrs[i], "members": plan.members(), "transport": plan.transport,
+           "srb_window": args.srb_window, "delivery": "fifo" if args.srb_window else "unordered",
+           "gossip_interval": args.gossip_interval, "gso": not args.no_gso,
+           "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
+           "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
+           "drop_rate": args.loss if (args.loss and not plan.use_ns) else 0.0,
+           "flow_control": plan.flow_control}
+    if role == "receiver" and args.busy_poll:
+        cfg["busy_poll"] = True
+    if role == "logger":
+        cfg["log_dir"] = os.path.join(plan.work, f"log{i}")
+        cfg["fsync"] = "interval"
+    spec = {"role": role, "config": cfg, "size": args.size, "rate": args.rate,
+            "labels": args.labels, "semantic": bool(args.srb_window),
+            "gsgc": args.gsgc, "gsgc_b": args.gsgc_b,
+            "slow": args.slow_receiver if (role == "receiver" and i == plan.receivers[0]) else 0,
+            "duration": args.duration, "batch": args.batch, "run_dir": plan.run_dir,
+            "inline": bool(args.inline) and role == "receiver",
+            "run_id": plan.run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
+            "addr_to_node": {str(k): v for k, v in plan.addr_to_node().items()}}
+    if role == "receiver":
+        spec["checkpoint"] = os.path.join(plan.work, f"recv{i}.npz")
+    spec.update(extra or {})
+    return spec

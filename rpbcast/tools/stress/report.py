@@ -1,0 +1,229 @@
+"""What a stress run tells: the summary (the exactly-once verdict, rates,
+latency percentiles, repairs, overhead, buffers, GSGC), printed as text or
+JSON, the run's run.json for the analysis pipeline, and why a run failed."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+from rpbcast.tools.stress.tally import LAT_BINS
+
+
+def percentile(hist, q):
+    total = hist.sum()
+    if not total:
+        return None
+    c = np.cumsum(hist)
+    i = int(np.searchsorted(c, q * total))
+    if i == 0:
+        return float(LAT_BINS[0])
+    if i >= len(LAT_BINS):
+        return float(LAT_BINS[-1])
+    return float(np.sqrt(LAT_BINS[i - 1] * LAT_BINS[i]))   # geometric bin centre
+
+
+def fmt_ns(v):
+    if v is None:
+        return "-"
+    if v < 1e3:
+        return f"{v:.0f} ns"
+    if v < 1e6:
+        return f"{v / 1e3:.1f} us"
+    if v < 1e9:
+        return f"{v / 1e6:.2f} ms"
+    return f"{v / 1e9:.2f} s"
+
+
+def gsgc_brief(st):
+    if not st:
+        return None
+    tts = st.get("tts") or st.get("time_to_stable") or {}
+    return {"rounds": st.get("rounds_completed", st.get("rounds")), "time_to_stable": tts,
+            "failed": st.get("failed"), "K": st.get("K"), "events": (st.get("events") or [])[-20:]}
+
+
+def summarize(args, plan, sup, finals, dropped, t_start):
+    """The summary of a finished run (sup: its Supervisor; finals: the
+    workers' final reports by node id; dropped: the kernel's loss counters)."""
+    s = delivery_summary(args, plan, [r for r in plan.receivers if r not in sup.dead], sup.sent, finals,
+                         dropped, sup.complete, t_start, sup.killed)
+    s["dead_receivers"] = sorted(sup.dead)
+    s["buffer_peaks"] = sup.buffer_peaks
+    s["buffer_end"] = sup.buffer_last
+    s["buffer_series"] = sup.buffer_series
+    s["kill_at_s"] = round(sup.kill_t - t_start, 2) if sup.kill_t else None
+    if args.gsgc:
+        s["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
+    s["run_dir"] = plan.run_dir
+    return s
+
+
+def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_start, killed):
+    """The live receivers' check, rates and latency, and the group's repair
+    and overhead counters."""
+    senders, loggers = plan.senders, plan.loggers
+    total_sent = sum(v["count"] for v in sent.values())
+    send_secs = max((v["seconds"] for v in sent.values()), default=0)
+    recv = [finals[i] for i in receivers if i in finals]
+    rates = [f["rate"] for f in recv]
+    hist = np.sum([np.array(f["hist"]) for f in recv], axis=0) if recv else np.zeros(1)
+    semantic = bool(args.srb_window)
+    bad = delivery_problems(recv, semantic)
+
+    def tot(key, ids):
+        return sum(finals[i]["stats"].get(key, 0) for i in ids if i in finals)
+    data_bytes, repair_bytes, other_bytes = traffic_bytes(finals)
+    return {
+        "transport": plan.transport, "loss": args.loss, "loss_model": plan.loss_model,
+        "flow_control": plan.flow_control,
+        "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
+        "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
+        "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
+        "mb_s_min": (min(rates) * args.size / 1e6) if rates else 0,
+        "latency_p50": percentile(hist, 0.50), "latency_p99": percentile(hist, 0.99),
+        "latency_p999": percentile(hist, 0.999), "latency_max": percentile(hist, 1.0),
+        "repairs_peer": tot("repairs_peer", receivers), "repairs_logger": tot("repairs_logger", receivers),
+        "gaps": tot("gaps", receivers), "served_by_loggers": tot("served", loggers),
+        "overhead_per_data_byte": other_bytes / data_bytes if data_bytes else None,
+        "repair_bytes_per_data_byte": repair_bytes / data_bytes if data_bytes else None,
+        "exactly_once": not bad and len(recv) == len(receivers) and all(i in complete for i in receivers),
+        "semantics": "fifo-srb (latest value per label, FIFO, no duplicates)" if semantic else "exactly once",
+        "purged_at_receivers": tot("purged", receivers),
+        "per_receiver_rate": {f["id"]: round(f["rate"]) for f in recv},
+        # messages arriving (first receipts) per second of sending: what the
+        # network path sustains, whatever the application consumes
+        "per_receiver_receive_rate": {f["id"]: round((f["stats"].get("rx_new", 0) + f["stats"].get("rx_fill", 0))
+                                                     / send_secs) if send_secs else 0 for f in recv},
+        "per_receiver_purged": {f["id"]: f["stats"].get("purged", 0) for f in recv},
+        "store_entries_end": {i: finals[i]["stats"].get("store_entries") for i in receivers if i in finals},
+        "problems": bad, "receivers_complete": sorted(complete), "receiver_killed": killed,
+        "repair_tail_s": None,
+        "wall_s": time.time() - t_start,
+    }
+
+
+def delivery_problems(recv, semantic):
+    """{"receiver R sender S/I": its check} for every stream a receiver got
+    wrong.  FIFO-SRB: obsolete values may be skipped, but nothing twice,
+    nothing out of FIFO order, and the latest value of every label."""
+    bad = {}
+    for f in recv:
+        for k, c in f["check"].items():
+            if semantic:
+                if c["duplicates"] or c["unexpected"] or c.get("fifo_violations") or c.get("stale_labels"):
+                    bad[f"receiver {f['id']} sender {k}"] = c
+            elif c["missing"] or c["duplicates"] or c["unexpected"]:
+                bad[f"receiver {f['id']} sender {k}"] = c
+    return bad
+
+
+def traffic_bytes(finals):
+    """Bytes sent by every node: (data, repairs, everything else but padding)."""
+    data_bytes = repair_bytes = other_bytes = 0
+    for i, f in finals.items():
+        for t, (mi, bi, mo, bo) in f["stats"].get("traffic", {}).items():
+            if t == "data":
+                data_bytes += bo
+            elif t == "repair":
+                repair_bytes += bo
+            elif t != "pad":
+                other_bytes += bo
+    return data_bytes, repair_bytes, other_bytes
+
+
+def run_meta(args, plan, sup, summary) -> dict:
+    """run.json: the run for the analysis pipeline (docs/traces.md)."""
+    # Who must deliver what (the analysis pipeline's exactly-once check):
+    # every receiver, every sender's stream; senders do not deliver.  A
+    # killed receiver is left out: its first life's trace died with it
+    # (and what it delivered after its last checkpoint it delivers again).
+    victims = sup.victims()
+    verified = [r for r in plan.receivers if r not in victims]
+    meta = {"run_id": plan.run_id, "kind": "stress", "protocol": "rpbcast", "clock": "monotonic",
+            "nodes": [{"id": i, "role": plan.role_of(i), "addr": plan.addrs[i]} for i in plan.addrs],
+            "senders": plan.senders,
+            "params": vars(args) | {"transport": plan.transport, "loss_model": plan.loss_model},
+            "members_at_send": {str(s): verified for s in plan.senders},
+            "unverified_receivers": victims,
+            "summary": summary}
+    meta["params"].pop("func", None)
+    return meta
+
+
+def close_run_dir(args, plan, meta):
+    """After the workers exit: set broken trace files aside (noted in
+    run.json), remove a temporary run directory, or say where the traces are."""
+    if args.trace and meta is not None:
+        from rpbcast.analysis.tracefile import quarantine_broken, write_run_json
+        broken = quarantine_broken(plan.run_dir)
+        if broken:
+            meta["trace_incomplete"] = broken
+            write_run_json(plan.run_dir, meta)
+    if not args.run_dir and not args.trace:
+        shutil.rmtree(plan.run_dir, ignore_errors=True)
+    elif args.trace and not args.quiet:
+        print(f"traces in {plan.run_dir}: rpbcast analyze {plan.run_dir}", file=sys.stderr)
+
+
+def print_json(s):
+    print(json.dumps(s, indent=1, default=str))
+
+
+def print_summary(s):
+    ok = "yes" if s["exactly_once"] else "NO"
+    lines = [
+        f"rpbcast stress: {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
+        f"{s['size']} B messages, {s['transport']}, flow control by {s.get('flow_control', 'loggers')}",
+        f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
+        f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
+        f"  received        {s['recv_rate_min']:,.0f} msgs/s delivered by the slowest receiver, {s['mb_s_min']:.1f} MB/s",
+        f"  latency         p50 {fmt_ns(s['latency_p50'])}, p99 {fmt_ns(s['latency_p99'])}, p99.9 {fmt_ns(s['latency_p999'])}",
+        f"  repairs         {s['repairs_peer']:,} by peers, {s['repairs_logger']:,} by loggers ({s['gaps']:,} gaps)",
+        (f"  overhead        {s['overhead_per_data_byte']:.4f} control bytes and "
+         f"{s['repair_bytes_per_data_byte']:.4f} repair bytes per data byte")
+        if s["overhead_per_data_byte"] is not None else "  overhead        -",
+        f"  {'delivery check':<15} {s['semantics']}: {ok}" + ("" if s["exactly_once"] else f": {json.dumps(s['problems'])[:400]}"),
+    ]
+    if s["semantics"] != "exactly once":
+        lines.append("  per receiver    " + ", ".join(
+            f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "
+            f"{s['per_receiver_purged'][i]:,} obsolete dropped" for i in s["per_receiver_rate"]))
+    if s.get("receiver_killed"):
+        lines.append("  a receiver was killed (SIGKILL) " + (f"and left dead: node {s['dead_receivers']}"
+                                                           if s.get("dead_receivers") else "and restarted") +
+                     " during the run")
+    if s.get("buffer_peaks"):
+        peak = max((p.get("store_entries", 0) for p in s["buffer_peaks"].values()), default=0)
+        end = max((p.get("store_entries", 0) for p in s.get("buffer_end", {}).values()), default=0)
+        lines.append(f"  buffers         peak {peak:,} stored messages on a node, {end:,} at the end")
+    if s.get("gsgc"):
+        for i, g in sorted(s["gsgc"].items()):
+            if g:
+                tts = g.get("time_to_stable") or {}
+                lines.append(f"  gsgc node {i:<5} rounds {g.get('rounds')}, time-to-stable "
+                             f"p50 {tts.get('p50')} p99 {tts.get('p99')}, failed {g.get('failed')}")
+    print("\n".join(lines))
+
+
+def failure(errors, work):
+    """Say what went wrong in which worker (with the tail of its stderr);
+    the exit code."""
+    for e in errors:
+        print(f"stress: {e.get('_proc')}: {e.get('error') or 'exited with ' + str(e.get('code'))}", file=sys.stderr)
+        if e.get("tb"):
+            print(e["tb"], file=sys.stderr)
+        name = e.get("_proc")
+        if name:
+            try:
+                with open(os.path.join(work, f"{name}.err")) as f:
+                    tail = f.read()[-2000:]
+                if tail.strip():
+                    print(tail, file=sys.stderr)
+            except OSError:
+                pass
+    return 1

@@ -1,0 +1,61 @@
+"""The node a worker runs: its configuration, extensions and trace writer
+from the worker's spec, and what the worker's events report of it."""
+from __future__ import annotations
+
+from rpbcast.config import Config, MemberSpec
+
+
+def make_config(spec) -> Config:
+    c = dict(spec["config"])
+    c["members"] = [MemberSpec(**m) for m in c.get("members", [])]
+    return Config.from_dict(c)
+
+
+def extensions(spec):
+    if not spec.get("gsgc"):
+        return []
+    from rpbcast.protocol.gsgc import GsgcExtension
+    return [GsgcExtension(b=spec.get("gsgc_b", 1), newcomer=bool(spec.get("restarted")))]
+
+
+def trace_writer(spec, node):
+    """The node's event trace file, when the run records traces."""
+    run_dir = spec.get("run_dir")
+    if not run_dir or not spec.get("trace"):
+        return None
+    from rpbcast.analysis.tracefile import TraceWriter
+    return TraceWriter(run_dir, spec["run_id"], spec["config"]["node_id"], addr_to_node=spec.get("addr_to_node"))
+
+
+def drain_trace(node, tw):
+    if tw is not None:
+        tw.add(node.take_trace())
+
+
+def final_stats(node):
+    st = node.stats()
+    return {k: v for k, v in st.items() if not isinstance(v, (bytes,))}
+
+
+def gsgc_state(node):
+    from rpbcast.protocol.gsgc import GsgcExtension
+    st = node.extension_state(GsgcExtension)
+    if st is None:
+        return None
+    return {"rounds_completed": st["rounds_completed"], "tts": st["tts"], "failed": st["failed"],
+            "K": st["K"], "S": {f"{s}/{i}": v for (s, i), v in st["S"].items()},
+            "events": [[str(x) for x in ev] for ev in st["events"]]}
+
+
+def buffers(node):
+    """Memory held right now: the bounded-buffer evidence."""
+    st = node.stats()
+    return {"store_entries": st["store_entries"], "store_bytes": st["store_bytes"],
+            "gossip_entries": st["gossip_buffer_entries"], "gossip_bytes": st["gossip_buffer_bytes"]}
+
+
+def final_event(spec, node, role, **more) -> dict:
+    """The worker's last report: its role's results, the node's counters
+    and, with GSGC, the extension's state."""
+    return {"event": "final", "id": node.node_id, "role": role, **more, "stats": final_stats(node),
+            "gsgc": gsgc_state(node) if spec.get("gsgc") else None}

@@ -1,0 +1,114 @@
+"""The receiver's loop: an application taking what its node delivers (at
+most --slow-receiver messages/s if throttled), counted by a ``Tally`` that
+is checkpointed so a restarted receiver resumes; it says when everything the
+orchestrator told it to expect has arrived, and reports the check at the end."""
+from __future__ import annotations
+
+import time
+
+from rpbcast.tools.stress.tally import Tally
+from rpbcast.tools.stress.worker.channel import emit
+from rpbcast.tools.stress.worker.node import buffers, drain_trace, extensions, final_event, make_config
+
+REPORT_EVERY_NS = 250_000_000
+BATCH = 65536
+
+
+def run_receiver(spec, cmds, tw_factory):
+    """The receiver's whole life; returns its node, still open."""
+    ckpt = spec.get("checkpoint")
+    tally = Tally.load(ckpt)
+    tally.semantic = bool(spec.get("semantic"))
+    from rpbcast.api import Node
+    inline = bool(spec.get("inline"))          # drive the loop from this thread (Node.poll)
+    node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0),
+                extensions=extensions(spec), start=not inline)
+    tw = tw_factory(node)
+    emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
+    app = _Application(node, inline, spec.get("slow", 0))
+    orders = _Orders()
+    completed = False
+    next_report = 0
+    while not orders.stop:
+        b = app.take()
+        now = time.monotonic_ns()
+        if b.count:
+            tally.add(b, now)
+        elif not inline:
+            node.transport.wait(0.01)
+        orders.read(cmds)
+        if orders.expect is not None and not completed and tally.complete(orders.expect, orders.latest):
+            completed = True
+            emit(event="complete", id=node.node_id, t=now)
+        if now >= next_report:
+            emit(event="progress", id=node.node_id, delivered=tally.delivered, buffers=buffers(node))
+            drain_trace(node, tw)
+            if ckpt:
+                tally.save(ckpt)
+            next_report = now + REPORT_EVERY_NS
+    app.drain(tally)
+    if ckpt:
+        tally.save(ckpt)
+    drain_trace(node, tw)
+    rate = tally.delivered / ((tally.last - tally.first) / 1e9) if tally.first and tally.last > tally.first else 0
+    emit(**final_event(spec, node, "receiver", delivered=tally.delivered, rate=rate,
+                       first=tally.first, last=tally.last,
+                       check=tally.check(orders.expect or {}, orders.latest), hist=tally.hist.tolist()))
+    return node
+
+
+class _Application:
+    """The receiving application: takes batches from the node's delivery
+    queue, from the application thread of the node's loop or driving the
+    loop itself (inline, Node.poll), at most `slow` messages per second when
+    throttled."""
+
+    def __init__(self, node, inline, slow):
+        self.node = node
+        self.inline = inline
+        self.slow = slow
+        self.buf = bytearray(64 << 20)
+        self.consumed = 0
+        self.t_slow = time.monotonic_ns()
+
+    def take(self):
+        want = BATCH
+        if self.slow:
+            # a throttled application: take at most `slow` messages per second
+            allowed = int((time.monotonic_ns() - self.t_slow) * self.slow / 1e9) - self.consumed
+            want = max(0, min(want, allowed))
+            if not want:
+                time.sleep(0.001)
+        if self.inline:
+            b = self.node.poll(0.01 if want else 0.0, want, self.buf)   # waits in the loop itself
+        else:
+            b = self.node.recv_batch(want, self.buf)
+        self.consumed += b.count
+        return b
+
+    def drain(self, tally):
+        """Count what is left in the delivery queue, unthrottled."""
+        while True:
+            b = self.node.poll(0.0, BATCH, self.buf) if self.inline else self.node.recv_batch(BATCH, self.buf)
+            if not b.count:
+                break
+            tally.add(b, time.monotonic_ns())
+
+
+class _Orders:
+    """What the orchestrator said: the counts to expect per (sender, inc)
+    and, for FIFO-SRB, each label's latest seq; and whether to stop."""
+
+    def __init__(self):
+        self.expect = None
+        self.latest = None
+        self.stop = False
+
+    def read(self, cmds):
+        while not cmds.empty():
+            c = cmds.get()
+            if c["cmd"] == "expect":
+                self.expect = {tuple(map(int, k.split("/"))): v for k, v in c["counts"].items()}
+                self.latest = c.get("latest")
+            elif c["cmd"] == "stop":
+                self.stop = True
