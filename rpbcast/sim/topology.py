@@ -172,7 +172,7 @@ class Topology:
         root and unreachable nodes)."""
         r = self._spt.get(root)
         if r is None:
-            from rpbcast.sim._core import spt
+            from rpbcast.sim.spt import spt
             off, nbr, lat, dl = self.csr()
             parent, dist, hops, via = spt(self.n, off, nbr, lat, root)
             down = np.full(self.n + 1, -1, np.int32)
