@@ -1,4 +1,5 @@
 """The simulator's C core: its pieces and the event loop that runs them (_core.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from rpbcast.sim.driver cimport EngineDriver
@@ -11,6 +12,7 @@ from rpbcast.sim.packets cimport PacketPool
 from rpbcast.sim.routes cimport Routes
 
 
+@cython.final
 cdef class Core:
     cdef readonly int n                 # nodes are 1..n
     cdef readonly EventQueue events

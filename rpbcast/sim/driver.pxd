@@ -1,4 +1,5 @@
 """Driving the engines through the driver contract (driver.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from cpython.ref cimport PyObject
 
@@ -15,6 +16,7 @@ cdef enum:
     MODE_EVERY_RX = 2
 
 
+@cython.final
 cdef class EngineDriver:
     cdef EventQueue ev
     cdef PacketPool pkts

@@ -1,4 +1,5 @@
 """The virtual clock and the heap of pending events (events.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 cdef enum:
@@ -19,6 +20,7 @@ ctypedef struct ev_t:
     int32_t link       # ARRIVE: the link it came over
 
 
+@cython.final
 cdef class EventQueue:
     cdef ev_t *heap
     cdef size_t n, cap

@@ -1,4 +1,5 @@
 """A datagram's way from the sending host to the hosts it is for (forwarding.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from rpbcast.sim.events cimport EventQueue
@@ -8,6 +9,7 @@ from rpbcast.sim.packets cimport PacketPool
 from rpbcast.sim.routes cimport Routes
 
 
+@cython.final
 cdef class Forwarder:
     cdef EventQueue ev
     cdef PacketPool pkts

@@ -1,9 +1,11 @@
 """Hosts: up or down, group members, CPU costs, receiver loss, traffic counters (hosts.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from rpbcast.sim.channel cimport chan_t
 
 
+@cython.final
 cdef class Hosts:
     cdef readonly int n
     cdef uint8_t *member                # receives multicast

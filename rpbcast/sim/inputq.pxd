@@ -1,8 +1,10 @@
 """Hosts' input queues under a bounded delivery queue (inputq.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from cpython.ref cimport PyObject
 
 
+@cython.final
 cdef class InputQueues:
     cdef readonly int n
     cdef int64_t *limit                 # per node: -1 = none, else waiting messages that stop receiving

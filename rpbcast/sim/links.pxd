@@ -1,4 +1,5 @@
 """Link directions: FIFO queues with serialisation, latency and loss (links.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from rpbcast.sim.channel cimport chan_t
@@ -25,6 +26,7 @@ ctypedef struct link_t:
     chan_t loss
 
 
+@cython.final
 cdef class Links:
     cdef readonly int n                 # link directions
     cdef int nodes

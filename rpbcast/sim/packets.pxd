@@ -1,4 +1,5 @@
 """Packets in flight: a pool of structs sharing the datagram's bytes (packets.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from cpython.ref cimport PyObject
 
@@ -22,6 +23,7 @@ ctypedef struct pkt_t:
     int32_t next_free
 
 
+@cython.final
 cdef class PacketPool:
     # Growing the pool moves it: a pkt_t * is good only until the next new().
     cdef pkt_t *p
@@ -29,4 +31,11 @@ cdef class PacketPool:
     cdef readonly uint64_t freed
 
     cdef int32_t new(self, bytes data, int src, int dst, int64_t t0, int32_t header_bytes) except -1
-    cdef void unref(self, int32_t i)
+    cdef void recycle(self, int32_t i) noexcept
+
+    cdef inline void unref(self, int32_t i) noexcept:
+        """An event or queue is done with packet i.  (Inline: every event
+        passes here.)"""
+        self.p[i].refs -= 1
+        if self.p[i].refs <= 0:
+            self.recycle(i)

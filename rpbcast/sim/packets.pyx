@@ -76,12 +76,10 @@ cdef class PacketPool:
         q.cls = classify(<const uint8_t *>PyBytes_AS_STRING(data), n)
         return i
 
-    cdef void unref(self, int32_t i):
+    cdef void recycle(self, int32_t i) noexcept:
+        """Back to the free list, with the reference to its datagram."""
         cdef pkt_t *q = &self.p[i]
         cdef PyObject *d
-        q.refs -= 1
-        if q.refs > 0:
-            return
         d = q.data
         q.data = NULL
         q.next_free = self.free_head

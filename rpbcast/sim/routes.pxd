@@ -1,7 +1,9 @@
 """Forwarding tables: multicast trees per source, next hops per destination (routes.pyx)."""
+cimport cython
 from libc.stdint cimport int32_t
 
 
+@cython.final
 cdef class Routes:
     cdef readonly int n                 # nodes
     cdef int nlinks
