@@ -12,6 +12,7 @@ unicast forwarding, host costs; the event loop is ``_core``), ``loss``
 re-exports them for ``rpbcast sweep``), ``cli`` (``rpbcast sim``), ``scale``
 (the run-time growth measurements).
 """
-from rpbcast.sim.run import DEFAULTS, Simulation, run_one
+from rpbcast.sim.params import DEFAULTS
+from rpbcast.sim.run import Simulation, run_one
 
 __all__ = ["DEFAULTS", "Simulation", "run_one"]
