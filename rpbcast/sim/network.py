@@ -85,13 +85,7 @@ class Network:
         core.forwarder.set_header_bytes(header_bytes)
         self.header_bytes = header_bytes
         self.queue_limit = queue_limit
-        per = {}
-        for (a, b), q in (queue_limits or {}).items():
-            i = topo.link_index(int(a), int(b))
-            per[i] = q
-        for i, (a, b, lat, bw) in enumerate(d):
-            q = per.get(i, queue_limit)
-            core.links.set(i, a, b, int(round(lat * NS)), bw, -1 if q is None else int(q))
+        self._install_links(d, queue_limit, queue_limits or {})
         self.proc_delay = proc_delay
         if proc_delay:
             for v in range(1, self.n + 1):
@@ -110,6 +104,13 @@ class Network:
         self.members: List[int] = []
         self._member_set = set()
         self.version = 0            # bumps when hosts or their receive paths change
+
+    def _install_links(self, directed, queue_limit, queue_limits):
+        """Every link direction, with queue_limit unless queue_limits[(a, b)] says otherwise."""
+        per = {self.topo.link_index(int(a), int(b)): q for (a, b), q in queue_limits.items()}
+        for i, (a, b, lat, bw) in enumerate(directed):
+            q = per.get(i, queue_limit)
+            self.core.links.set(i, a, b, int(round(lat * NS)), bw, -1 if q is None else int(q))
 
     # ------------------------------------------------------------------ hosts
     @property
