@@ -14,6 +14,28 @@ from rpbcast.core.node cimport Node
 cnp.import_array()
 
 
+cdef uint64_t count_corrupt(size_t k, const uint8_t *buf, const uint32_t *offs, const uint32_t *lens, int size,
+                            const uint32_t *snd, const uint32_t *inc, const uint64_t *seq) noexcept nogil:
+    """Payloads among k in buf whose length is not size or whose first 16
+    bytes are not their (sender, inc, seq) (workload.payload)."""
+    cdef size_t j
+    cdef uint64_t bad = 0
+    cdef const uint8_t *h
+    cdef uint32_t h0, h1
+    cdef uint64_t h2
+    for j in range(k):
+        if lens[j] != <uint32_t>size or lens[j] < 16:
+            bad += 1
+            continue
+        h = buf + offs[j]
+        memcpy(&h0, h, 4)
+        memcpy(&h1, h + 4, 4)
+        memcpy(&h2, h + 8, 8)
+        if h0 != snd[j] or h1 != inc[j] or h2 != seq[j]:
+            bad += 1
+    return bad
+
+
 def drain(list nodes, int size, bint check, int64_t now):
     """Take every delivery waiting at the given data planes (rpbcast.core.node.Node).
     Returns (counts per node, senders, incs, seqs, rx_times, corrupt): the
@@ -42,11 +64,8 @@ def drain(list nodes, int size, bint check, int64_t now):
     cdef uint32_t *offs = <uint32_t *>malloc(chunk * sizeof(uint32_t))
     cdef uint32_t *lens = <uint32_t *>malloc(chunk * sizeof(uint32_t))
     cdef uint8_t *buf = <uint8_t *>malloc(cap)
-    cdef size_t pos = 0, k, j, room
+    cdef size_t pos = 0, k, room
     cdef uint64_t corrupt = 0
-    cdef const uint8_t *h
-    cdef uint32_t h0, h1
-    cdef uint64_t h2
     if not lab or not offs or not lens or not buf:
         free(lab); free(offs); free(lens); free(buf)
         raise MemoryError()
@@ -60,16 +79,7 @@ def drain(list nodes, int size, bint check, int64_t now):
                 if k == 0:
                     break
                 if check:
-                    for j in range(k):
-                        if lens[j] != <uint32_t>size or lens[j] < 16:
-                            corrupt += 1
-                            continue
-                        h = buf + offs[j]
-                        memcpy(&h0, h, 4)
-                        memcpy(&h1, h + 4, 4)
-                        memcpy(&h2, h + 8, 8)
-                        if h0 != snd[pos + j] or h1 != inc[pos + j] or h2 != seq[pos + j]:
-                            corrupt += 1
+                    corrupt += count_corrupt(k, buf, offs, lens, size, &snd[pos], &inc[pos], &seq[pos])
                 cnt[i] += k
                 pos += k
     finally:

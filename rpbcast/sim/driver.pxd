@@ -37,6 +37,8 @@ cdef class EngineDriver:
 
     cdef int host_rx(self, int v, int32_t i) except -1
     cdef int host_rx_now(self, int v, int32_t i) except -1
+    cdef int data_plane_rx(self, int v, bytes data, int src) except -1
+    cdef int engine_rx(self, int v, bytes data, int src) except -1
     cdef int collect(self, int v) except -1
     cdef int arm(self, int v) except -1
     cdef int fire_timer(self, int v, int64_t t) except -1

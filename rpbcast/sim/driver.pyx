@@ -114,39 +114,44 @@ cdef class EngineDriver:
 
     cdef int host_rx_now(self, int v, int32_t i) except -1:
         cdef pkt_t *p = &self.pkts.p[i]
-        cdef object data = <object>p.data      # a new reference: survives the pool growing
-        cdef int64_t now = self.ev.now
-        cdef int64_t w0
-        cdef Node node
-        cdef object eng
+        cdef bytes data = <bytes>p.data        # a new reference: survives the pool growing
         if not self.hosts.up[v]:
             return 0
         if self.mode[v]:
-            node = <Node>self.nodes[v]
-            rp_node_rx(&node.n, <const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data),
-                       <uint64_t>p.src, now)
-            self.n_fast_rx += 1
-            if node.n.nctl or node.n.nack_pending or self.mode[v] & MODE_EVERY_RX:
-                w0 = wall_ns()
-                eng = <object>self.engs[v]
-                if node.n.nctl:
-                    self.n_ctl += 1
-                self.calls[v] += 1
-                eng.on_data_plane(now, node.n.nctl > 0, node.n.nack_pending != 0, False, True)
-                self.collect(v)
-                self.arm(v)
-                self.w_ctl += wall_ns() - w0
-            elif rp_out_pending(&node.n.out):
-                self.collect(v)
-        else:
+            return self.data_plane_rx(v, data, p.src)
+        return self.engine_rx(v, data, p.src)
+
+    cdef int data_plane_rx(self, int v, bytes data, int src) except -1:
+        """The datagram goes to v's C data plane; the control plane runs
+        only if the data plane asks (control messages, a gap) or the engine
+        wants every datagram."""
+        cdef Node node = <Node>self.nodes[v]
+        cdef int64_t now = self.ev.now
+        cdef int64_t w0
+        rp_node_rx(&node.n, <const uint8_t *>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), <uint64_t>src, now)
+        self.n_fast_rx += 1
+        if node.n.nctl or node.n.nack_pending or self.mode[v] & MODE_EVERY_RX:
             w0 = wall_ns()
-            eng = <object>self.engs[v]
-            self.n_slow_rx += 1
+            if node.n.nctl:
+                self.n_ctl += 1
             self.calls[v] += 1
-            eng.receive_datagram(data, p.src, now)
+            (<object>self.engs[v]).on_data_plane(now, node.n.nctl > 0, node.n.nack_pending != 0, False, True)
             self.collect(v)
             self.arm(v)
-            self.w_slow += wall_ns() - w0
+            self.w_ctl += wall_ns() - w0
+        elif rp_out_pending(&node.n.out):
+            self.collect(v)
+        return 0
+
+    cdef int engine_rx(self, int v, bytes data, int src) except -1:
+        """The engine's own receive_datagram."""
+        cdef int64_t w0 = wall_ns()
+        self.n_slow_rx += 1
+        self.calls[v] += 1
+        (<object>self.engs[v]).receive_datagram(data, src, self.ev.now)
+        self.collect(v)
+        self.arm(v)
+        self.w_slow += wall_ns() - w0
         return 0
 
     def release(self, int v):
