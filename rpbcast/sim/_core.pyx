@@ -20,9 +20,6 @@ it is for; the per-event path is C calls on structs, with no Python
 object per event.  The pieces are attributes (``core.links`` ...) for
 set-up and statistics; what spans several of them is a method here.
 """
-from libc.stdint cimport uint8_t
-
-import numpy as np
 cimport numpy as cnp
 
 from rpbcast.sim import deliveries

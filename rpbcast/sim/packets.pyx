@@ -11,7 +11,7 @@ from libc.stdlib cimport malloc, realloc, free
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 
-CLASSES = ("data", "repair", "control")
+CLASSES = ("data", "repair", "control")         # by class number (CLS_*)
 
 
 cdef inline int classify(const uint8_t *b, Py_ssize_t n) noexcept nogil:
