@@ -19,7 +19,10 @@ if os.environ.get("RPBCAST_DEBUG") == "1":
 
 MODULES = [*(f"core.{m}" for m in ("seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire",
                                   "logstore", "node")),
-           "drivers.udp", "sim._core"]
+           "drivers.udp",
+           # the simulator's C core, lower pieces first (rpbcast/sim/_core.pyx)
+           *(f"sim.{m}" for m in ("events", "packets", "channel", "links", "routes", "hosts", "inputq",
+                                  "forwarding", "driver", "deliveries", "spt", "_core"))]
 
 
 # RPBCAST_ONLY=core.node,drivers.udp rebuilds just those (development).

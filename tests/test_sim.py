@@ -551,3 +551,70 @@ def test_consumer_queue_on_an_unordered_engine_counts_the_data_plane_pending():
     p = dict(SLOW_CONSUMER, delivery="unordered", srb_window=0)
     r = run_one(p)
     assert r["complete"] and r["consumer_held_max"] > 10
+
+
+# ---------------------------------------------------------------------- the simulator's own structure
+# The simulator's modules, lower first: the C core's pieces (rpbcast/sim/_core.pyx),
+# then the Python above it.  A module may use only modules before it.
+SIM_LAYERS = ["wallclock", "nodes", "events", "packets", "channel", "links", "routes", "hosts", "inputq",
+              "forwarding", "driver", "deliveries", "spt", "_core",
+              "topology", "loss", "network", "stock", "workload", "protocols", "params", "build", "tracking",
+              "consumers", "results", "rundir", "run", "api", "__init__", "cli", "scale"]
+
+
+def _sim_imports(path):
+    """The rpbcast.sim modules a simulator source file imports or cimports."""
+    import ast
+    import re
+    mods = set(SIM_LAYERS)
+    if path.suffix == ".py":
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rpbcast.sim"):
+                if node.module == "rpbcast.sim":
+                    found |= {a.name for a in node.names if a.name in mods} or {"__init__"}
+                else:
+                    found.add(node.module.split(".")[2])
+            elif isinstance(node, ast.Import):
+                found |= {a.name.split(".")[2] for a in node.names if a.name.startswith("rpbcast.sim.")}
+        return found
+    found = set()
+    for m in re.finditer(r"^\s*from rpbcast\.sim(?:\.(\w+))? c?import ([\w, ]+)", path.read_text(), re.M):
+        found |= {m.group(1)} if m.group(1) else {x.strip() for x in m.group(2).split(",") if x.strip() in mods}
+    return found
+
+
+def test_simulator_modules_only_use_lower_ones():
+    """No back arrows: each piece of the simulator (C core and Python) uses
+    only the pieces below it, so each can be read, tested and replaced on
+    its own."""
+    import pathlib
+    import rpbcast.sim
+    here = pathlib.Path(rpbcast.sim.__file__).parent
+    files = [p for p in sorted(here.iterdir()) if p.suffix in (".py", ".pyx", ".pxd")]
+    assert {p.stem for p in files} == set(SIM_LAYERS)
+    for p in files:
+        for m in _sim_imports(p):
+            assert SIM_LAYERS.index(m) < SIM_LAYERS.index(p.stem), f"{p.name} uses {m}"
+
+
+def test_core_pieces_are_reachable_for_set_up_and_statistics():
+    """The C core's pieces behind a Network: what a set-up call on one of
+    them changes is what the event loop then does."""
+    topo = Topology.from_edges(3, [(1, 2, 0.001, 8e6), (2, 3, 0.001, 8e6)], hosts=[1, 3])
+    net, pr = probe_net(topo, header_bytes=0)
+    core = net.core
+    assert core.links.n == 4 and core.hosts.n == core.routes.n == 3
+    core.forwarder.set_proc(2, 500_000)                 # router 2: 0.5 ms per packet
+    from rpbcast.sim.channel import KIND_NONE, KIND_UNIFORM
+    core.links.set_loss(topo.link_index(2, 3), KIND_UNIFORM, 1.0)   # the first datagram is lost on 2 -> 3
+    send_at(net, pr, net.now, 1, 3, dgram(1, 1000))
+    send_at(net, pr, net.now + 50_000_000, 1, 3, dgram(2, 1000))
+    core.at(net.now + 40_000_000, lambda: core.links.set_loss(topo.link_index(2, 3), KIND_NONE, 0.0))
+    t0 = net.now
+    net.run(1.0)
+    # 1 ms on each wire (1000 bytes at 8 Mb/s), 1 ms on each link, 0.5 ms at router 2
+    assert [(g[0] - t0, g[2][:1]) for g in pr[3].got] == [(50_000_000 + 4_500_000, b"\x02")]
+    assert core.links.loss_state(topo.link_index(2, 3))[:2] == (1, 1)
+    assert core.packets.in_flight == 0 and core.events.pending == len(pr)     # only the engines' timers
+    assert core.counters()["arrivals"] == 3                 # the lost copy never arrived at 3

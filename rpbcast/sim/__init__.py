@@ -4,14 +4,18 @@ engines (docs/simulator.md).
     from rpbcast.sim import run_one
     r = run_one({"loss": 0.01, "total_rate": 360})
 
-Modules: ``topology`` (graphs, the transit-stub and balanced-tree
-generators, shortest-path routing), ``network`` (queues, multicast and
-unicast forwarding, host costs; the event loop is ``_core``), ``loss``
-(uniform, Gilbert-Elliott), ``workload`` (Poisson senders), ``protocols``
-(engine factories by name), ``run`` (``Simulation``, ``run_one``; ``api``
-re-exports them for ``rpbcast sweep``), ``cli`` (``rpbcast sim``), ``scale``
-(the run-time growth measurements).
+The C core (``_core.Core`` and its pieces: ``events``, ``packets``,
+``channel``, ``links``, ``routes``, ``hosts``, ``inputq``, ``forwarding``,
+``driver``, ``deliveries``; ``spt`` for routes) holds the network model and
+the event loop.  In Python: ``topology`` (graphs, generators, routes),
+``loss`` (the models), ``network`` (``Network``), ``workload`` and
+``stock``, ``protocols`` (engine factories by name), ``params``
+(``DEFAULTS``), ``build``, ``tracking``, ``consumers``, ``results`` and
+``rundir`` (the parts of a run), ``run`` (``Simulation``, ``run_one``;
+``api`` re-exports them for ``rpbcast sweep``), ``cli`` (``rpbcast sim``),
+``scale`` (the run-time growth measurements).  docs/simulator.md, "Code".
 """
-from rpbcast.sim.run import DEFAULTS, Simulation, run_one
+from rpbcast.sim.params import DEFAULTS
+from rpbcast.sim.run import Simulation, run_one
 
 __all__ = ["DEFAULTS", "Simulation", "run_one"]

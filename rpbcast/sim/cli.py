@@ -125,10 +125,9 @@ def main(args):
     from rpbcast.sim.run import Simulation
     params = params_from_args(args)
     if args.show_topology:
-        from rpbcast.sim.run import resolve
-        sim = Simulation.__new__(Simulation)
-        sim.p = resolve(params)
-        print(Simulation._topology(sim).describe())
+        from rpbcast.sim.build import make_topology
+        from rpbcast.sim.params import resolve
+        print(make_topology(resolve(params)).describe())
         return 0
     sim = Simulation(params)
     r = sim.run()

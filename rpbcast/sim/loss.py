@@ -1,4 +1,4 @@
-"""Loss models (the decisions are made in the C event loop, with the
+"""Loss models (the decisions are made in C, channel.pyx, with the
 network's seeded random.Random).
 
 A model applies to *channels*: each direction of each link (``where="link"``:
@@ -28,9 +28,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from rpbcast.sim import _core
+from rpbcast.sim.channel import KIND_GE, KIND_NONE, KIND_UNIFORM
 
 CLASS_BITS = {"all": 0b111, "data": 0b001, "data+repair": 0b011, "control": 0b100}
+
+
+def _channel_setter(core, where):
+    """Sets channel i: link direction i, or the receiving host i."""
+    return core.links.set_loss if where == "link" else core.hosts.set_rx_loss
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,8 @@ class NoLoss:
         return 0.0
 
     def install(self, core, where, i, classes, rng):
-        setter = core.set_link_loss if where == "link" else core.set_rx_loss
-        setter(i, _core.KIND_NONE, 0.0)
+        setter = _channel_setter(core, where)
+        setter(i, KIND_NONE, 0.0)
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,8 @@ class Uniform:
         return self.p
 
     def install(self, core, where, i, classes, rng):
-        setter = core.set_link_loss if where == "link" else core.set_rx_loss
-        setter(i, _core.KIND_UNIFORM if self.p > 0 else _core.KIND_NONE, self.p, 0.0, 0.0, 1.0, classes, 0)
+        setter = _channel_setter(core, where)
+        setter(i, KIND_UNIFORM if self.p > 0 else KIND_NONE, self.p, 0.0, 0.0, 1.0, classes, 0)
 
 
 @dataclass(frozen=True)
@@ -99,9 +104,9 @@ class GilbertElliott:
         return 1.0 / self.p_bg if self.p_bg > 0 else float("inf")
 
     def install(self, core, where, i, classes, rng):
-        setter = core.set_link_loss if where == "link" else core.set_rx_loss
+        setter = _channel_setter(core, where)
         state = 1 if rng.random() < self.pi_bad() else 0
-        setter(i, _core.KIND_GE, self.p_gb, self.p_bg, self.loss_good, self.loss_bad, classes, state)
+        setter(i, KIND_GE, self.p_gb, self.p_bg, self.loss_good, self.loss_bad, classes, state)
 
 
 def make(kind: str = "uniform", rate: float = 0.0, burst: Optional[float] = None):

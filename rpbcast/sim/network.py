@@ -1,5 +1,6 @@
 """The simulated network: a topology, its queues and routes, and the engines
-attached to it, on a virtual clock (the event loop is C: ``_core.Core``).
+attached to it, on a virtual clock (the event loop and the network model
+are C: ``_core.Core`` and its pieces).
 
     net = Network(topo, seed=1, queue_limit=50)
     net.add_host(v, engine)             # engine at node v, address v
@@ -81,20 +82,14 @@ class Network:
         d = topo.directed()
         self.core = core = _core.Core(self.n, len(d))
         core.set_rand(self.rng.random)
-        core.set_header_bytes(header_bytes)
+        core.forwarder.set_header_bytes(header_bytes)
         self.header_bytes = header_bytes
         self.queue_limit = queue_limit
-        per = {}
-        for (a, b), q in (queue_limits or {}).items():
-            i = topo.link_index(int(a), int(b))
-            per[i] = q
-        for i, (a, b, lat, bw) in enumerate(d):
-            q = per.get(i, queue_limit)
-            core.set_link(i, a, b, int(round(lat * NS)), bw, -1 if q is None else int(q))
+        self._install_links(d, queue_limit, queue_limits or {})
         self.proc_delay = proc_delay
         if proc_delay:
             for v in range(1, self.n + 1):
-                core.set_proc(v, int(round(proc_delay * NS)))
+                core.forwarder.set_proc(v, int(round(proc_delay * NS)))
         self.host_cost = host_cost
         self.fast_rx = fast_rx
         self.classes = CLASS_BITS[loss_applies]
@@ -102,13 +97,20 @@ class Network:
         self.rx_loss = rx_loss or NoLoss()
         for i in range(len(d)):
             self.link_loss.install(core, "link", i, self.classes, self.rng)
-        core.route_cb = self._install_route
+        core.routes.route_cb = self._install_route
         core.advance(start)
         self.t0 = start
         self.engines: Dict[int, object] = {}
         self.members: List[int] = []
         self._member_set = set()
         self.version = 0            # bumps when hosts or their receive paths change
+
+    def _install_links(self, directed, queue_limit, queue_limits):
+        """Every link direction, with queue_limit unless queue_limits[(a, b)] says otherwise."""
+        per = {self.topo.link_index(int(a), int(b)): q for (a, b), q in queue_limits.items()}
+        for i, (a, b, lat, bw) in enumerate(directed):
+            q = per.get(i, queue_limit)
+            self.core.links.set(i, a, b, int(round(lat * NS)), bw, -1 if q is None else int(q))
 
     # ------------------------------------------------------------------ hosts
     @property
@@ -132,10 +134,10 @@ class Network:
         if member:
             self.members.append(v)
             self._member_set.add(v)
-            self.core.clear_routes()          # trees span the members
+            self.core.routes.clear()          # trees span the members
         if self.host_cost is not None:
             hc = self.host_cost
-            self.core.set_host_cost(v, hc.send_base * NS, hc.send_per_byte * NS, hc.recv_factor)
+            self.core.hosts.set_cost(v, hc.send_base * NS, hc.send_per_byte * NS, hc.recv_factor)
         self.rx_loss.install(self.core, "receiver", v, self.classes, self.rng)
         if up_at is not None and up_at > self.now:
             self.core.set_up(v, False)
@@ -157,7 +159,7 @@ class Network:
         """Re-decide per engine whether the C data-plane path applies (after
         extensions were added, say)."""
         for v, e in self.engines.items():
-            self.core.set_fast(v, self.fast_rx and engine_fast_path_ok(e))
+            self.core.driver.set_fast(v, self.fast_rx and engine_fast_path_ok(e))
         self.version += 1
 
     def crash(self, v: int):
@@ -167,7 +169,7 @@ class Network:
     def set_send_filter(self, fn: Optional[Callable[[int, int, bytes], bool]]):
         """fn(src, dest, data) -> True drops the datagram as it leaves src
         (before any link; counted as 'filtered').  None removes it."""
-        self.core.send_filter = fn
+        self.core.forwarder.send_filter = fn
 
     def set_link_loss(self, link: int, model):
         model.install(self.core, "link", link, self.classes, self.rng)
@@ -179,9 +181,9 @@ class Network:
     def _install_route(self, kind, v):
         if kind == "mcast":
             off, links = self.topo.mcast_tree(v, sorted(self._member_set))
-            self.core.set_mcast_tree(v, off, links)
+            self.core.routes.set_mcast_tree(v, off, links)
         else:
-            self.core.set_route(v, self.topo.next_links(v))
+            self.core.routes.set_route(v, self.topo.next_links(v))
 
     # ------------------------------------------------------------------ time
     def at(self, t: int, fn: Callable[[], None], node: int = 0) -> int:

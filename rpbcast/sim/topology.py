@@ -172,7 +172,7 @@ class Topology:
         root and unreachable nodes)."""
         r = self._spt.get(root)
         if r is None:
-            from rpbcast.sim._core import spt
+            from rpbcast.sim.spt import spt
             off, nbr, lat, dl = self.csr()
             parent, dist, hops, via = spt(self.n, off, nbr, lat, root)
             down = np.full(self.n + 1, -1, np.int32)
@@ -284,35 +284,12 @@ def transit_stub(seed: int = THESIS_SEED, transit: int = 4, stubs_per_transit: i
     if transit < 1 or stubs_per_transit < 1 or fringe < ndom:
         raise ValueError("need at least one transit router, one stub domain each, one fringe host per domain")
     t = Topology(name=f"transit-stub(seed={seed})")
-    for _ in range(transit):
-        t.add_node("transit")
-    for i in range(transit):                              # the ring
-        j = (i + 1) % transit
-        if transit > 1 and not (transit == 2 and i == 1):
-            t.add_link(i + 1, j + 1, ms(transit_latency), bandwidth)
-    for i in range(transit):                              # chords
-        for j in range(i + 2, transit):
-            if (i, j) != (0, transit - 1) and rng.random() < chord_prob:
-                t.add_link(i + 1, j + 1, ms(transit_latency), bandwidth)
+    _transit_domain(t, rng, ms, transit, transit_latency, bandwidth, chord_prob)
     sizes = [fringe // ndom + (1 if d < fringe % ndom else 0) for d in range(ndom)]
     hosts = []
     for d in range(ndom):
-        tr = d // stubs_per_transit + 1
-        gw = t.add_node("stub")
-        t.add_link(tr, gw, ms(stub_latency), bandwidth)
-        if transit > 1 and rng.random() < multihome_prob:
-            other = rng.choice([x for x in range(1, transit + 1) if x != tr])
-            t.add_link(other, gw, ms(stub_latency) + ms(stub_latency), bandwidth)
-        dom = []
-        for _ in range(sizes[d]):
-            h = t.add_node("fringe")
-            t.add_link(gw, h, ms(fringe_latency), bandwidth)
-            dom.append(h)
-        for a_i in range(len(dom)):
-            for b_i in range(a_i + 1, len(dom)):
-                if rng.random() < intra_prob:
-                    t.add_link(dom[a_i], dom[b_i], ms(fringe_latency), bandwidth)
-        hosts += dom
+        hosts += _stub_domain(t, rng, ms, d // stubs_per_transit + 1, transit, sizes[d], stub_latency,
+                              fringe_latency, bandwidth, multihome_prob, intra_prob)
     t.hosts = hosts
     c = t.center()
     dist = t.spt(c)[1]
@@ -320,6 +297,41 @@ def transit_stub(seed: int = THESIS_SEED, transit: int = 4, stubs_per_transit: i
     t.meta = {"generator": "transit_stub", "seed": seed, "center": c, "transit": transit,
               "stub_domains": ndom, "fringe": fringe}
     return t
+
+
+def _transit_domain(t: Topology, rng, ms, transit, latency, bandwidth, chord_prob):
+    """Transit routers 1..transit: a ring plus random chords."""
+    for _ in range(transit):
+        t.add_node("transit")
+    for i in range(transit):                              # the ring
+        j = (i + 1) % transit
+        if transit > 1 and not (transit == 2 and i == 1):
+            t.add_link(i + 1, j + 1, ms(latency), bandwidth)
+    for i in range(transit):                              # chords
+        for j in range(i + 2, transit):
+            if (i, j) != (0, transit - 1) and rng.random() < chord_prob:
+                t.add_link(i + 1, j + 1, ms(latency), bandwidth)
+
+
+def _stub_domain(t: Topology, rng, ms, tr, transit, size, stub_latency, fringe_latency, bandwidth,
+                 multihome_prob, intra_prob) -> List[int]:
+    """A gateway linked to transit router tr (sometimes also to another),
+    size fringe hosts behind it and random links among them; the hosts."""
+    gw = t.add_node("stub")
+    t.add_link(tr, gw, ms(stub_latency), bandwidth)
+    if transit > 1 and rng.random() < multihome_prob:
+        other = rng.choice([x for x in range(1, transit + 1) if x != tr])
+        t.add_link(other, gw, ms(stub_latency) + ms(stub_latency), bandwidth)
+    dom = []
+    for _ in range(size):
+        h = t.add_node("fringe")
+        t.add_link(gw, h, ms(fringe_latency), bandwidth)
+        dom.append(h)
+    for a_i in range(len(dom)):
+        for b_i in range(a_i + 1, len(dom)):
+            if rng.random() < intra_prob:
+                t.add_link(dom[a_i], dom[b_i], ms(fringe_latency), bandwidth)
+    return dom
 
 
 def balanced_tree(n: int, degree: int = 4, latency: float = 0.005, bandwidth: float = 100 * MBPS) -> Topology:
