@@ -87,7 +87,7 @@ def test_disconnected_member_catches_up_from_the_logger(tmp_path):
     for i in (1, 2, 4):
         m = g.E[i].members.get(3)
         assert m is not None and m.status == 4          # DISCONNECTED
-    assert all(t.node_id != 3 for t in g.E[1]._targets(g.net.now))
+    assert all(t.node_id != 3 for t in g.E[1].group.targets(g.net.now))
     g.publish_stream(200, per_tick=10)
     g.net.run(3.0)
     # the logger kept everything node 3 has not acknowledged

@@ -297,7 +297,7 @@ def test_pbcast_positive_digest_advertises_exactly_what_the_buffer_holds(tmp_pat
         g.drain()
         for i in g.ids:
             e = g.E[i]
-            for s, inc, have, frm, upto in e._held():
+            for s, inc, have, frm, upto in e.pbcast.held():
                 held = {q for q in range(upto + 1) if e.node.holds(s, inc, q)}
                 assert held == {q for lo, hi in have for q in range(lo, hi + 1)}
                 checks += 1

@@ -504,8 +504,8 @@ def _engine_trial(n: int, n0: int, seed: int, gossip_interval: float, gc_limit: 
     receivers), the sender publishes one message whose DATA reaches only
     n0 - 1 receivers chosen at random; no loggers, immediate NACKs off,
     uniform selection.  Per member, the gossip rounds during which it
-    lacked the message (a wrapper around Engine._gossip_round asks the data
-    plane before each round; the count includes the round whose pull
+    lacked the message (a wrapper around Engine.repair.gossip_round asks the
+    data plane before each round; the count includes the round whose pull
     brought the message)."""
     rng = random.Random(f"conv/{seed}")
     receivers = list(range(2, n + 1))
@@ -516,7 +516,7 @@ def _engine_trial(n: int, n0: int, seed: int, gossip_interval: float, gc_limit: 
                gc_limit=gc_limit, incarnation=1)
 
     def wrap(v, e):
-        orig = e._gossip_round
+        orig = e.repair.gossip_round
 
         def counted(now, orig=orig, v=v, e=e):
             if state["t_pub"] is not None and v != 1:
@@ -524,7 +524,7 @@ def _engine_trial(n: int, n0: int, seed: int, gossip_interval: float, gc_limit: 
                 if slot is not None and e.node.peer_missing_count(slot) > 0:
                     rounds[v] += 1
             return orig(now)
-        e._gossip_round = counted
+        e.repair.gossip_round = counted
 
     if driver == "sim":
         from rpbcast.sim import Simulation
@@ -597,7 +597,7 @@ def _warm_start(engines):
     group had been running (same as rpbcast.sim's warm start): no membership
     exchange storm before the experiment."""
     import dataclasses
-    entries = {v: e._self_entry() for v, e in engines.items()}
+    entries = {v: e.self_entry() for v, e in engines.items()}
     for v, e in engines.items():
         for w, m in entries.items():
             if w != v:
