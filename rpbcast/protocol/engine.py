@@ -27,7 +27,9 @@ its parts and aggregates their timers.  ``_compose`` chooses the parts:
 rpbcast's here; each baseline (rpbcast.baselines) composes its own.
 A part may have ``handlers()`` ({message type: handler(msg, now)}),
 ``get_timer()`` (an int, NEVER when idle) with ``on_timer(now)``, and
-``after_rx(now)``; timers and after_rx run in the order of the parts.
+``after_rx(now)``; timers and after_rx run in the order of the parts.  A
+composition may also state its parts' earliest deadline as one function
+(``_parts_timer``): get_timer runs after every event.
 """
 from __future__ import annotations
 
@@ -101,12 +103,15 @@ class Engine:
         self.context = Context(self)
         self._logger = None
         self._before_publish = _nothing
+        self._parts_timer = None
         parts, extensions = self._compose(now, log)
         self._handlers = {}
         for p in parts:
             if hasattr(p, "handlers"):
                 self._handlers.update(p.handlers())
         self._timed_parts = [p for p in parts if hasattr(p, "on_timer")]
+        if self._parts_timer is None:
+            self._parts_timer = _earliest([p.get_timer for p in self._timed_parts])
         self._parts_rx = [p.after_rx for p in parts if hasattr(p, "after_rx")]
         self._rewire()
         for x in extensions:
@@ -132,6 +137,16 @@ class Engine:
         self.pings = Pings(self, now, self.group.targets)      # and then the first ping's
         parts = [self.repair, self.pings, self.group, self.send_buffer, self.heartbeats,
                  self.logger_acks, self.serving]
+        repair, pulls, pings, group = self.repair, self.repair.pulls, self.pings, self.group
+        buffer, heartbeats, acks = self.send_buffer, self.heartbeats, self.logger_acks
+
+        def parts_timer():
+            # the parts' get_timer, inlined where it is an attribute
+            return min(repair.next_gossip, repair.next_logger_rtx, pulls.next_nack, pulls.next_retry,
+                       pings.next_ping, group.next_report, group.next_join, buffer.next_report,
+                       heartbeats.get_timer(), acks.get_timer())
+
+        self._parts_timer = parts_timer
         extensions = []
         if self.is_logger:
             self._logger = LoggerRole(log)
@@ -141,9 +156,9 @@ class Engine:
         return parts, extensions
 
     def _rewire(self):
-        # the timers and after-rx calls of the parts, then of the extensions
-        self._timers = [p.get_timer for p in self._timed_parts] + [x.get_timer for x in self.hooks.timed]
+        # the after-rx calls of the parts, then of the extensions
         self._after_rx_calls = self._parts_rx + self.hooks.after_rx
+        self._ext_timers = [x.get_timer for x in self.hooks.timed]
 
     # ------------------------------------------------------------------ parts' services
     def emit(self, dest, type_, body=b"", flags=0, sender=None, inc=None, aux=0, seq=0):
@@ -283,11 +298,12 @@ class Engine:
         return self.events.popleft() if self.events else None
 
     def get_timer(self) -> int:
-        t = NEVER
-        for timer in self._timers:
-            x = timer()
-            if x is not None and x < t:
-                t = x
+        t = self._parts_timer()
+        if self._ext_timers:
+            for timer in self._ext_timers:
+                x = timer()
+                if x is not None and x < t:
+                    t = x
         return t
 
     def handle_timer(self, now: int):
@@ -332,3 +348,15 @@ class Engine:
 
 def _nothing(now):
     pass
+
+
+def _earliest(timers):
+    """The earliest of these parts' timers."""
+    def earliest():
+        t = NEVER
+        for timer in timers:
+            x = timer()
+            if x < t:
+                t = x
+        return t
+    return earliest

@@ -122,6 +122,8 @@ class LoggerAcks:
 class NoHold:
     """Nothing is held: the gossip buffer is the only buffer."""
 
+    next_report = NEVER        # receivers' reports (HoldForReceivers only)
+
     def __init__(self, engine):
         self.node = engine.node
 
