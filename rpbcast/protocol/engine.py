@@ -41,8 +41,10 @@ from rpbcast.config import Config
 from rpbcast.core.node import NOLABEL, Node
 from rpbcast.protocol import send_buffer
 from rpbcast.protocol.extension import Context, Hooks
+from rpbcast.protocol.fifo_srb import FifoSrb
 from rpbcast.protocol.group import Group
 from rpbcast.protocol.heartbeats import Heartbeats
+from rpbcast.protocol.logger import LoggerRole
 from rpbcast.protocol.membership import MemberTable
 from rpbcast.protocol.pings import Pings
 from rpbcast.protocol.repair import Repair
@@ -75,7 +77,8 @@ class Delivery(NamedTuple):
 
 
 class Engine:
-    """One member's protocol state machine."""
+    """One member's protocol state machine: rpbcast's parts, or (in a
+    subclass) a baseline's."""
 
     protocol = "rpbcast"
 
@@ -123,8 +126,6 @@ class Engine:
     def _compose(self, now, log):
         """rpbcast's parts, in the order their timers run; and the built-in
         extensions (the logger role, FIFO-SRB)."""
-        from rpbcast.protocol.fifo_srb import FifoSrb
-        from rpbcast.protocol.logger import LoggerRole
         cfg = self.cfg
         self.group = Group(self, now)
         self.logger_acks = send_buffer.LoggerAcks(self, now)

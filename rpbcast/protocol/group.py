@@ -133,8 +133,8 @@ class Group(StaticGroup):
     def report_to_logger(self, now):
         """Members report their receive frontiers to a logger at least this
         often, for logger GC from derived ACKs (§5.2)."""
-        if self.e.is_logger or self.status not in ACTIVE:
-            return
+        if self.role == ROLE_LOGGER or self.status not in ACTIVE:
+            return              # (a logger's own gossip carries its frontiers)
         loggers = self.members.loggers()
         if loggers:
             lg = loggers[self.rng.randrange(len(loggers))]

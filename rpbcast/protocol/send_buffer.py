@@ -192,6 +192,7 @@ class HoldForReceivers(HoldForLoggers):
         re-evaluate what may leave the send buffer (a receiver that fell
         silent stops counting)."""
         node = self.node
+        # (a logger is not a receiver senders wait for)
         if not self.is_logger and self.e.group.status in (MEMBER, PENDING_LEAVE):
             every = 16 * self._report_ns
             send_gossip = self.e.repair.send_gossip
