@@ -24,6 +24,7 @@ from rpbcast.config import Config, ConfigError
 from rpbcast.core.digest import encode as digest_encode
 from rpbcast.protocol.engine import NS, DriverNeeds, Engine
 from rpbcast.protocol.group import StaticGroup
+from rpbcast.protocol.logger import LoggerRole
 from rpbcast.protocol.selection import weights
 
 Ivl = Tuple[int, int]
@@ -191,7 +192,6 @@ class BaselineEngine(Engine):
             raise ConfigError(f"{self.protocol}: static membership only (join must be False)")
 
     def _compose(self, now, log):
-        from rpbcast.protocol.logger import LoggerRole
         self.stats.update((k, 0) for k in self.STATS)
         self.group = StaticGroup(self)
         # The baselines were first built on the rpbcast engine, whose first
