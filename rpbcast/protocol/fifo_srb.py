@@ -51,13 +51,13 @@ class FifoSrb(Extension):
 
     # -- frontiers -----------------------------------------------------------
     def on_lastseen(self, source, source_inc, entries, now):
-        e = self.ctx
+        ctx = self.ctx
         for s, i, frontier in entries:
             d = self.frontiers.setdefault((s, i), {})
             if frontier > d.get(source, 0):
                 d[source] = frontier
                 self.dirty = True
-            if frontier and (s, i) != (e.id, e.inc):
+            if frontier and (s, i) != (ctx.id, ctx.inc):
                 self._learn(s, i, frontier, now)
         if self.dirty:
             self._apply(now)
@@ -87,17 +87,17 @@ class FifoSrb(Extension):
         without that member, it would skip them on reconnecting.  So
         stability waits for it (the window then fills with what cannot be
         purged), until it is declared failed and leaves the membership."""
-        e = self.ctx
-        return [m.node_id for m in e.members.members.values()
-                if m.node_id != e.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
+        ctx = self.ctx
+        return [m.node_id for m in ctx.members.members.values()
+                if m.node_id != ctx.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
 
     def _apply(self, now):
-        e = self.ctx
-        node = e.node
+        ctx = self.ctx
+        node = ctx.node
         self.dirty = False
         holders = self._holders()
         # Own stream: safe and stable.
-        own = (e.id, e.inc)
+        own = (ctx.id, ctx.inc)
         rep = self.frontiers.get(own, {})
         vals = sorted([node.next_seq] + [rep.get(m, 0) for m in holders], reverse=True)
         safe = vals[self.f] if len(vals) > self.f else 0
@@ -125,24 +125,24 @@ class FifoSrb(Extension):
         return self.next_report
 
     def on_timer(self, now):
-        e = self.ctx
+        ctx = self.ctx
         self.next_report = now + self.report_ns
         # Report our frontiers to every sender we receive from.
         sent_to = set()
-        for slot, pid, pinc in e.node.peer_ids():
-            m = e.members.get(pid)
-            if m is None or pid in sent_to or m.status not in (MEMBER, PENDING_LEAVE) or e.node.peer_dead(slot):
+        for slot, pid, pinc in ctx.node.peer_ids():
+            m = ctx.members.get(pid)
+            if m is None or pid in sent_to or m.status not in (MEMBER, PENDING_LEAVE) or ctx.node.peer_dead(slot):
                 continue
-            e.report_frontiers(m, now)
+            ctx.report_frontiers(m, now)
             sent_to.add(pid)
         self._apply(now)
         # An idle sender announces its empty window (§2.5).
-        st = e.node.srb_state
+        st = ctx.node.srb_state
         if st is not None:
             low, nxt = st[0], st[1]
-            idle = nxt and now - e.node.last_publish >= int(e.cfg.idle_after * NS)
+            idle = nxt and now - ctx.node.last_publish >= int(ctx.cfg.idle_after * NS)
             if idle and low != self.window_announced and low > 0:
-                e.emit(DEST_MCAST, T.WINDOW, b"", aux=self.w, seq=low)
+                ctx.emit(DEST_MCAST, T.WINDOW, b"", aux=self.w, seq=low)
                 self.window_announced = low
 
     # -- notices ---------------------------------------------------------------

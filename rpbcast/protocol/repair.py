@@ -79,6 +79,8 @@ class Repair:
         self.gossip_seq = 0
         self._start_slot = 0
         self._next_hist = {}
+        # The pulls run inside the repair timers (between the round and the
+        # logger phase) and are what a received batch may start.
         self.pulls = Pulls(engine, self)
         self.after_rx = self.pulls.after_rx
 
