@@ -130,7 +130,7 @@ def test_dynamic_join_with_sponsors(tmp_path):
                  members=[], addr=9)
     e = g.net.add(new)
     assert g.net.run_until_true(lambda net: e.status == 1, timeout=2)
-    assert e.sponsors == set() and any(ev[:2] == ("status", "member") for ev in e.events)
+    assert e.group.sponsors == set() and any(ev[:2] == ("status", "member") for ev in e.events)
     # the others know it now
     assert all(9 in g.E[i].members for i in (1, 2, 3, 4))
     start = g.E[1].node.next_seq
@@ -142,7 +142,7 @@ def test_dynamic_join_with_sponsors(tmp_path):
 
 
 def test_membership_changes_are_trace_events(tmp_path):
-    from rpbcast.protocol.engine import EV_MEMBER
+    from rpbcast.protocol.trace_events import EV_MEMBER
     from rpbcast.protocol.membership import MEMBER
     g = Group(3, senders=[1])
     for i in g.ids:

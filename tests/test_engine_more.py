@@ -87,7 +87,7 @@ def test_disconnected_member_catches_up_from_the_logger(tmp_path):
     for i in (1, 2, 4):
         m = g.E[i].members.get(3)
         assert m is not None and m.status == 4          # DISCONNECTED
-    assert all(t.node_id != 3 for t in g.E[1]._targets(g.net.now))
+    assert all(t.node_id != 3 for t in g.E[1].group.targets(g.net.now))
     g.publish_stream(200, per_tick=10)
     g.net.run(3.0)
     # the logger kept everything node 3 has not acknowledged
@@ -254,3 +254,130 @@ def test_two_loggers_both_hold_a_message_before_it_leaves_the_send_buffer(tmp_pa
     assert g.net.run_until_true(lambda net: late.node.peer_missing_count(slot) == 0, timeout=10)
     assert {d.seq for d in late.recv(now=g.net.now)} == set(range(200))
     assert g.E[5].node.counters()["served_from_log"] > 0 and g.E[4].node.counters()["served_from_log"] == 0
+
+
+# ---------------------------------------------------------------- the engine's seams
+
+def test_trace_event_codes_are_those_of_the_c_core():
+    import re
+    from rpbcast.protocol import trace_events
+    header = os.path.join(os.path.dirname(__file__), os.pardir, "csrc", "trace.h")
+    with open(header) as f:
+        codes = {m.group(1): int(m.group(2)) for m in re.finditer(r"RP_(EV_[A-Z_]+) = (\d+)", f.read())}
+    assert codes and {k: getattr(trace_events, k) for k in codes} == codes
+
+
+def test_an_extension_works_through_its_public_context_alone():
+    """Every hook an extension may use, driven end to end: its own timer
+    and messages, sections riding on the engine's gossip, frontiers, events
+    and traces -- through the Context only."""
+    from rpbcast.core import wire
+    from rpbcast.core.node import DEST_MCAST
+    from rpbcast.protocol.extension import Context, Extension
+    from rpbcast.protocol.trace_events import EV_HEARTBEAT
+    T = wire.MsgType
+    KIND = 0x50
+    PROBE = wire.stability_body(12345, [])
+
+    class Probe(Extension):
+        gossip_frontiers = True
+
+        def __init__(self):
+            self.seen = collections.defaultdict(list)
+
+        def attach(self, ctx):
+            super().attach(ctx)
+            self.due = ctx.now + int(0.1 * NS)
+
+        def get_timer(self):
+            return self.due
+
+        def on_timer(self, now):
+            ctx = self.ctx
+            self.due = now + int(0.1 * NS)
+            ctx.emit(DEST_MCAST, T.STABILITY, PROBE)                 # a type no part handles
+            m = ctx.members.get(1 if ctx.id != 1 else 2)
+            ctx.report_frontiers(m, now)
+            ctx.post_event("probe", ctx.id, now)
+            ctx.trace(now, EV_HEARTBEAT, ctx.id, ctx.inc, 0, 0, 0, 7)
+
+        def gossip_sections(self, target, budget, now):
+            return [wire.section(KIND, b"hi")]
+
+        def on_section(self, source, kind, data, now):
+            self.seen["section"].append((source, kind, bytes(data)))
+
+        def on_message(self, msg, now):
+            if msg[0] == T.STABILITY and msg[6] == PROBE:
+                self.seen["message"].append(msg[7])
+                return True
+            return False
+
+        def on_lastseen(self, source, source_inc, entries, now):
+            self.seen["lastseen"].append((source, source_inc))
+
+        def after_rx(self, now):
+            self.seen["rx"].append(now)
+
+    g = Group(3, senders=[1])
+    for i in g.ids:
+        g.E[i].node.enable_trace(1 << 12)
+    x = {i: g.E[i].add_extension(Probe()) for i in g.ids}
+    assert all(isinstance(p.ctx, Context) for p in x.values())
+    g.publish_stream(20)
+    g.net.run(1.0)
+    for i in g.ids:
+        others = set(g.ids) - {i}
+        assert set(x[i].seen["message"]) == others
+        assert set(x[i].seen["section"]) == {(j, KIND, b"hi") for j in others}
+        assert {s for s, inc in x[i].seen["lastseen"]} == others and x[i].seen["rx"]
+        assert any(ev[0] == "probe" for ev in g.E[i].events)
+        t = g.E[i].node.take_trace()
+        assert any(int(a) == 7 for ev, a in zip(t["event"], t["aux"]) if ev == EV_HEARTBEAT)
+
+
+def test_hooks_hold_only_what_extensions_override():
+    from rpbcast.protocol.extension import Extension
+
+    class Quiet(Extension):
+        pass
+
+    class Timed(Extension):
+        def get_timer(self):
+            return None
+
+    g = Group(2, senders=[1])
+    e = g.E[1]
+    before = {k: len(v) for k, v in vars(e.hooks).items() if isinstance(v, list)}
+    e.add_extension(Quiet())
+    assert {k: len(v) for k, v in vars(e.hooks).items() if isinstance(v, list)} == before
+    t = e.add_extension(Timed())
+    assert e.hooks.timed == [t] and isinstance(e.get_timer(), int)
+
+
+def test_the_logger_role_is_an_extension_that_declares_what_a_logger_is(tmp_path):
+    from rpbcast.protocol.extension import Extension
+    from rpbcast.protocol.logger import LoggerRole
+    for fsync in ("interval", "always"):
+        (tmp_path / fsync).mkdir()
+        g = Group(3, senders=[1], loggers=[3], tmp_path=tmp_path / fsync, fsync=fsync)
+        lg, member = g.E[3], g.E[1]
+        assert isinstance(lg.logger, LoggerRole) and isinstance(lg.logger, Extension)
+        assert lg.extensions[0] is lg.logger                 # first, before any other extension
+        assert lg.hooks.serves_from_log and lg.hooks.gossip_frontiers
+        assert lg.hooks.logger_phase == lg.logger.logger_phase
+        assert lg.driver_needs.every_rx == (fsync == "always")
+        assert member.logger is None and not member.hooks.serves_from_log
+        assert member.hooks.logger_phase is None and not member.driver_needs.every_rx
+        with pytest.raises(AttributeError):
+            lg.logger = None                                 # a read-only handle
+
+
+def test_the_send_buffer_strategy_is_chosen_once_from_the_config(tmp_path):
+    from rpbcast.protocol.send_buffer import HoldForLoggers, HoldForReceivers
+    g = Group(3, senders=[1], loggers=[3], tmp_path=tmp_path)
+    assert type(g.E[1].send_buffer) is HoldForLoggers and g.E[1].node.hold_send
+    g = Group(3, senders=[1])
+    assert type(g.E[1].send_buffer) is HoldForLoggers and not g.E[1].node.hold_send   # nobody acknowledges
+    g = Group(3, senders=[1], flow_control="receivers")
+    assert type(g.E[1].send_buffer) is HoldForReceivers and g.E[1].node.hold_send

@@ -647,3 +647,18 @@ def test_config_errors_say_what_to_fix():
         with pytest.raises(ValueError, match=word):
             GsgcConfig(**kw).validate()
     assert GsgcConfig(step=0.1, adaptive=dict(a0=0, b0=1, g=0.1, e=0.1, p=0.1)).validate()
+
+
+def test_the_package_face_and_the_control_section():
+    """rpbcast.protocol.gsgc is a package by concept; its face keeps every
+    name callers import, and GSGC's own section round-trips."""
+    import rpbcast.protocol.gsgc as gsgc
+    from rpbcast.protocol.gsgc.sections import CTL_GLOBAL_S, SEC_GSGC, control_section, read_control
+    for name in gsgc.__all__:
+        assert getattr(gsgc, name) is not None, name
+    body = wire.stability_body(3, [(1, 1, 7)])
+    sec = control_section(0x1234_5678_9ABC_DEF0, 2, CTL_GLOBAL_S, 20_000, (5 << 16) | 9, body)
+    ((kind, _, data),) = wire.sections(sec)
+    c = read_control(data)
+    assert kind == SEC_GSGC and c == (0x1234_5678_9ABC_DEF0, 2, CTL_GLOBAL_S, 20_000, (5 << 16) | 9, body)
+    assert read_control(data[:10]) is None

@@ -88,6 +88,49 @@ def test_factory_builds_every_protocol_with_the_engine_driver_interface(tmp_path
         make_engine("pbcast", Config(node_id=1, role="logger", log_dir=str(tmp_path)), NS)
 
 
+
+def test_each_baseline_composes_its_parts_and_builds_none_of_rpbcasts(tmp_path):
+    """A baseline states what it is made of: static membership, its send
+    buffer, RTT probes or answers, its own part -- and for LBRM the shared
+    logger role, logger ACKs and serving.  Nothing of rpbcast's gossip
+    repair, membership protocol or heartbeat lists is built."""
+    from rpbcast.baselines.lbrm import Lbrm, ReceiveCache
+    from rpbcast.baselines.pbcast import Pbcast
+    from rpbcast.baselines.srm import Srm
+    from rpbcast.protocol.group import Group as MembershipProtocol, StaticGroup
+    from rpbcast.protocol.logger import LoggerRole
+    from rpbcast.protocol.pings import PingReplies, Pings
+    from rpbcast.protocol.send_buffer import HoldForLoggers, LoggerAcks, NoHold
+
+    def build(p, role="member", **kw):
+        members = MemNet.member_specs([1, 2], loggers=[2] if p in ("lbrm", "rpbcast") else [])
+        node = 2 if role == "logger" else 1
+        cfg = Config(node_id=node, addr=node, members=members, incarnation=1, role=role,
+                     log_dir=str(tmp_path / f"{p}{node}") if role == "logger" else None, fsync="never", **kw)
+        return make_engine(p, cfg, NS, random.Random(1))
+
+    rp = build("rpbcast")
+    assert type(rp.group) is MembershipProtocol and hasattr(rp, "repair") and hasattr(rp, "heartbeats")
+    expect = {"pbcast": (Pbcast, NoHold, Pings), "srm": (Srm, NoHold, PingReplies),
+              "lbrm": (Lbrm, HoldForLoggers, PingReplies)}
+    for p, (part, buffer, pings) in expect.items():
+        e = build(p)
+        assert type(e.group) is StaticGroup, p
+        assert type(e.send_buffer) is buffer and type(e.pings) is pings, p
+        assert isinstance(getattr(e, p), part), p
+        assert not any(hasattr(e, a) for a in ("repair", "heartbeats")), p
+        assert e.extensions == [] and e.logger is None, p
+    assert type(build("pbcast", selection="uniform").pings) is PingReplies
+    lbrm = build("lbrm")
+    assert isinstance(lbrm.logger_acks, LoggerAcks) and isinstance(lbrm.cache, ReceiveCache)
+    lg = build("lbrm", role="logger")
+    assert isinstance(lg.logger, LoggerRole) and lg.extensions == [lg.logger]
+    # what each declares to drivers (the driver contract)
+    assert tuple(build("pbcast").driver_needs) == (True, False)
+    assert tuple(build("lbrm").driver_needs) == (True, False)
+    assert tuple(build("srm").driver_needs) == (False, False)
+
+
 # ---------------------------------------------------------------- all baselines
 
 @pytest.mark.parametrize("protocol", BASELINES)
@@ -297,7 +340,7 @@ def test_pbcast_positive_digest_advertises_exactly_what_the_buffer_holds(tmp_pat
         g.drain()
         for i in g.ids:
             e = g.E[i]
-            for s, inc, have, frm, upto in e._held():
+            for s, inc, have, frm, upto in e.pbcast.held():
                 held = {q for q in range(upto + 1) if e.node.holds(s, inc, q)}
                 assert held == {q for lo, hi in have for q in range(lo, hi + 1)}
                 checks += 1

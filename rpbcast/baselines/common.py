@@ -1,7 +1,8 @@
-"""What the baseline engines share: an Engine subclass with the rpbcast
-control plane switched off, interval arithmetic on (lo, hi) lists, and a
-packer that turns per-stream interval sets into digest sections within the
-MTU.
+"""What the baseline engines share: the baseline engine (static membership,
+the protocol's own parameters and counters, on the shared control-plane
+parts of rpbcast.protocol), a helper base for a baseline's own part,
+interval arithmetic on (lo, hi) lists, and a packer that turns per-stream
+interval sets into digest sections within the MTU.
 
 The data plane (``rpbcast.core.node.Node``) is the rpbcast one, untouched: DATA,
 REPAIR and HEARTBEAT are handled per message in C (gap detection, the
@@ -22,7 +23,8 @@ from rpbcast.core import wire
 from rpbcast.config import Config, ConfigError
 from rpbcast.core.digest import encode as digest_encode
 from rpbcast.protocol.engine import NS, DriverNeeds, Engine
-from rpbcast.protocol.membership import MEMBER
+from rpbcast.protocol.group import StaticGroup
+from rpbcast.protocol.logger import LoggerRole
 from rpbcast.protocol.selection import weights
 
 Ivl = Tuple[int, int]
@@ -32,9 +34,7 @@ MAX_SEQ = (1 << 62) - 1
 MISSING_CAP = 4096        # intervals fetched per node.missing call
 SECTION_OVERHEAD = 12     # section header (4) + sender, inc (8)
 BODY_SLACK = 16
-
-# trace event codes (csrc/trace.h, docs/traces.md)
-EV_GOSSIP_OUT, EV_GOSSIP_IN, EV_RTX_REQ, EV_HEARTBEAT, EV_LOST = 6, 7, 8, 11, 14
+_STREAM_HEAD = struct.Struct("<II")
 
 
 def ns(seconds: float) -> int:
@@ -110,6 +110,12 @@ def runs(values: Iterable[int]) -> List[Ivl]:
 
 # ---------------------------------------------------------------- packing
 
+def _stream_head(sender: int, inc: int) -> bytes:
+    # wire: a digest section's data starts with u32 sender, u32 inc (the
+    # MISSING layout, wire-format.md), whatever the section's kind
+    return _STREAM_HEAD.pack(sender, inc)
+
+
 def pack_sections(kind: int, streams, budget: int) -> List[List[bytes]]:
     """Per-stream interval sets as digest sections of ``kind``, grouped into
     message bodies of at most ``budget`` bytes of sections.
@@ -125,7 +131,7 @@ def pack_sections(kind: int, streams, budget: int) -> List[List[bytes]]:
         if frm > upto:
             continue
         arr = np.asarray(ivs, dtype=np.uint64).reshape(-1, 2)
-        head = struct.pack("<II", sender, inc)
+        head = _stream_head(sender, inc)
         while frm <= upto:
             room = budget - used - SECTION_OVERHEAD
             d = b""
@@ -161,130 +167,148 @@ def make_params(cls, protocol: str, params: dict):
 # ---------------------------------------------------------------- engine
 
 class BaselineEngine(Engine):
-    """An rpbcast Engine with its control plane replaced.
+    """A baseline protocol on the shared parts.
 
-    Kept from the Engine: construction of the C data plane, the static member
-    table, publish / recv / counters / traffic, the control-message dispatch
-    (``_control`` through the class's ``_handlers``), and the logger role
-    where a baseline has loggers.  Everything timer-driven (gossip rounds,
-    immediate NACKs, heartbeat signatures, pings, joins, reports) is
-    replaced by the subclass's ``get_timer`` / ``handle_timer`` /
-    ``_after_rx``."""
+    Membership is static (``Config.members``: a StaticGroup); ``Params`` are
+    the protocol's own parameters, ``STATS`` its counters (added to
+    counters()).  A subclass states its control plane in
+    ``_protocol_parts``; a logger (LBRM) gets the rpbcast logger role."""
 
     protocol = "baseline"
     Params = None
-    STATS = ()                # protocol counters, added to counters()
-    # The driver contract (Engine.driver_needs): receive_datagram is node.rx
-    # and then on_data_plane, as in the rpbcast engine, and _after_rx does
-    # nothing for a datagram that neither queued control nor flagged a gap.
-    # A subclass that looks into data datagrams says otherwise.
-    DATA_PLANE_RX = True
-    _handlers = {}
+    STATS = ()
+    # The driver contract: receive_datagram is node.rx and then
+    # on_data_plane, as in the rpbcast engine, and nothing acts on a datagram
+    # that neither queued control nor flagged a gap.  A subclass that looks
+    # into data datagrams says otherwise.
+    driver_needs = DriverNeeds(data_plane_rx=True, every_rx=False)
 
     def __init__(self, config: Config, now: int, rng=None, log=None, **params):
-        if config.join:
-            raise ConfigError(f"{self.protocol}: static membership only (join must be False)")
-        super().__init__(config, now, rng, log)
         self.params = make_params(self.Params, self.protocol, params)
-        self.status = MEMBER
-        self.stats = {k: 0 for k in self.STATS}
-        self._now = now
+        super().__init__(config, now, rng, log)
 
-    @property
-    def driver_needs(self) -> DriverNeeds:
-        return DriverNeeds(data_plane_rx=self.DATA_PLANE_RX, every_rx=False)
+    def _check_config(self, cfg):
+        if cfg.join:
+            raise ConfigError(f"{self.protocol}: static membership only (join must be False)")
 
-    def _bump(self, name, k=1):
+    def _compose(self, now, log):
+        self.stats.update((k, 0) for k in self.STATS)
+        self.group = StaticGroup(self)
+        # The baselines were first built on the rpbcast engine, whose first
+        # gossip round and first ping took the engine's first two random
+        # draws; they still take them, so a seeded run reproduces its
+        # earlier results.
+        self.rng.randrange(max(ns(self.cfg.gossip_interval), 1))
+        self.rng.randrange(max(ns(self.cfg.ping_interval), 1))
+        parts = self._protocol_parts(now)
+        extensions = []
+        if self.is_logger:
+            self._logger = LoggerRole(log)
+            extensions.append(self._logger)
+        return parts, extensions
+
+    def _protocol_parts(self, now):
+        """This protocol's control plane: its parts, in the order their
+        timers run."""
+        raise NotImplementedError
+
+
+class ProtocolPart:
+    """Helpers for a baseline's own part: the engine's data plane, member
+    table and counters, interval queries and section packing."""
+
+    def __init__(self, engine):
+        self.node = engine.node
+        self.members = engine.members
+        self.rng = engine.rng
+        self.cfg = engine.cfg
+        self.params = engine.params
+        self.stats = engine.stats
+        self.events = engine.events
+        self.emit = engine.emit
+        self.id = engine.id
+        self.inc = engine.inc
+        self.is_logger = engine.is_logger
+        self._loggers_v = None
+        self._loggers_c = []
+
+    def bump(self, name, k=1):
         self.stats[name] = self.stats.get(name, 0) + k
 
-    # Nothing of the rpbcast control plane runs unless a subclass asks.
-    def _after_rx(self, now):
-        self._now = now
-        self.node.clear_nack()
-
-    def get_timer(self) -> int:
-        return self._now + 3600 * NS
-
-    def handle_timer(self, now: int):
-        self._now = now
-
-    def counters(self):
-        c = super().counters()
-        c.update(self.stats)
-        return c
-
-    # ------------------------------------------------------------------ helpers
-    def _body_budget(self, fixed=0) -> int:
+    def body_budget(self, fixed=0) -> int:
         return self.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - fixed - BODY_SLACK
 
-    def _missing(self, slot, phase, frm=0, upto=MAX_SEQ) -> List[Ivl]:
+    def missing(self, slot, phase, frm=0, upto=MAX_SEQ) -> List[Ivl]:
         return [tuple(r) for r in self.node.missing(slot, phase, frm, upto, MISSING_CAP).tolist()]
 
-    def _send_sections(self, dest, type_, kind, streams, fixed_head=b"", max_msgs=None, flags=0,
-                       seq=0):
+    def send_sections(self, dest, type_, kind, streams, fixed_head=b"", max_msgs=None, flags=0, seq=0):
         """Emit ``type_`` messages whose bodies are fixed_head + sections.
         Returns (messages, bytes)."""
-        budget = self._body_budget(len(fixed_head))
+        budget = self.body_budget(len(fixed_head))
         msgs = pack_sections(kind, streams, budget)
         if max_msgs is not None:
             msgs = msgs[:max_msgs]
         nbytes = 0
         for secs in msgs:
             body = fixed_head + b"".join(secs)
-            self._emit(dest, type_, body, flags=flags, seq=seq)
+            self.emit(dest, type_, body, flags, seq=seq)
             nbytes += len(body)
         return len(msgs), nbytes
 
-    def _candidates(self, now):
-        """Gossip / ping candidates and their cumulative selection weights,
-        recomputed when the member table changes and at most once per
-        second otherwise (member_timeout filtering, new RTT estimates):
-        Engine._pick_target costs O(members) per call."""
+    def loggers(self):
+        """members.loggers(), cached until the member table changes (it is
+        O(members) and get_timer runs after every event)."""
+        v = self.members.version
+        if self._loggers_v != v:
+            self._loggers_v = v
+            self._loggers_c = self.members.loggers()
+        return self._loggers_c
+
+    def stream_addr(self, slot, pid) -> Optional[int]:
+        m = self.members.get(pid)
+        a = m.addr if m is not None else None
+        if a:
+            return a
+        a = self.node.peer_info(slot)["addr"]
+        return a or None
+
+
+class Candidates:
+    """Gossip / ping candidates and their cumulative selection weights,
+    recomputed when the member table changes and at most once per second
+    otherwise (member_timeout filtering, new RTT estimates):
+    rpbcast.protocol.selection.choose costs O(members) per call."""
+
+    def __init__(self, group, selection, rng):
+        self.group = group
+        self.members = group.members
+        self.selection = selection
+        self.rng = rng
+        self._key = None
+        self._cand = []
+        self._cum = None
+
+    def get(self, now):
         key = (self.members.version, now // NS)
-        if getattr(self, "_cand_key", None) != key:
-            c = self._targets(now)
+        if self._key != key:
+            c = self.group.targets(now)
             rtts = [m.rtt for m in c]
             cum = None
-            if c and self.cfg.selection != "uniform" and any(r is not None for r in rtts):
-                cum = list(itertools.accumulate(weights(rtts, self.cfg.selection)))
-            self._cand_key, self._cand, self._cand_cum = key, c, cum
-        return self._cand, self._cand_cum
+            if c and self.selection != "uniform" and any(r is not None for r in rtts):
+                cum = list(itertools.accumulate(weights(rtts, self.selection)))
+            self._key, self._cand, self._cum = key, c, cum
+        return self._cand, self._cum
 
-    def _pick_target(self, now):
+    def members_at(self, now):
+        return self.get(now)[0]
+
+    def pick(self, now):
         """One member drawn with the selection distribution (as
         rpbcast.protocol.selection.choose, from cached weights)."""
-        c, cum = self._candidates(now)
+        c, cum = self.get(now)
         if not c:
             return None
         if cum is None:
             return c[self.rng.randrange(len(c))]
         x = self.rng.random() * cum[-1]
         return c[min(bisect.bisect_right(cum, x), len(c) - 1)]
-
-    def _ping(self, now):
-        """An RTT probe to a random member (feeds the selection weights)."""
-        c, _ = self._candidates(now)
-        if not c:
-            return
-        m = c[self.rng.randrange(len(c))]
-        nonce = self.rng.getrandbits(48)
-        self.pings[nonce] = (m.node_id, now)
-        if len(self.pings) > 64:
-            self.pings.pop(next(iter(self.pings)))
-        self._emit(m.addr, T.PING, struct.pack("<q", now), seq=nonce)
-
-    def _loggers(self):
-        """members.loggers(), cached until the member table changes (it is
-        O(members) and get_timer runs after every event)."""
-        v = self.members.version
-        if getattr(self, "_loggers_v", None) != v:
-            self._loggers_v = v
-            self._loggers_c = self.members.loggers()
-        return self._loggers_c
-
-    def _stream_addr(self, slot, pid) -> Optional[int]:
-        a = self._addr_of(pid)
-        if a:
-            return a
-        a = self.node.peer_info(slot)["addr"]
-        return a or None

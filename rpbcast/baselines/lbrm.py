@@ -29,9 +29,14 @@ from typing import Optional
 from rpbcast.core import wire
 from rpbcast.config import ConfigError
 from rpbcast.core.node import PHASE_ALL, PHASE_NEW
+from rpbcast.protocol.pings import PingReplies
+from rpbcast.protocol.send_buffer import HoldForLoggers, LoggerAcks
+from rpbcast.protocol.serving import Serving
+from rpbcast.protocol.trace_events import EV_HEARTBEAT, EV_RTX_REQ
 
-from rpbcast.baselines.common import (
-    EV_HEARTBEAT, EV_RTX_REQ, NS, T, BaselineEngine, iv_count, ns)
+from rpbcast.baselines.common import T, BaselineEngine, ProtocolPart, iv_count, ns
+
+NEVER = 1 << 62
 
 
 @dataclass
@@ -45,31 +50,57 @@ class LbrmParams:
 
 
 class LbrmEngine(BaselineEngine):
+    """LBRM: senders hold until the logger acknowledges (and resend to it),
+    variable heartbeats and requests to the logger, a small receive cache;
+    the logger (role "logger") is the rpbcast logger role."""
+
     protocol = "lbrm"
     Params = LbrmParams
     STATS = ("heartbeats_sent", "rtx_sent", "rtx_ids")
 
-    def __init__(self, config, now, rng=None, log=None, **params):
-        super().__init__(config, now, rng, log, **params)
+    def _protocol_parts(self, now):
         p = self.params
         if p.hb_min <= 0 or p.hb_max < p.hb_min or p.hb_backoff < 1:
             raise ConfigError("lbrm needs 0 < hb_min <= hb_max and hb_backoff >= 1")
-        if not self.is_logger and len(self._loggers()) != 1:
-            raise ConfigError(f"lbrm needs exactly one logger in the member list, "
-                              f"found {len(self._loggers())}")
+        self.logger_acks = LoggerAcks(self, now)
+        self.send_buffer = HoldForLoggers(self, self.logger_acks)
+        self.send_buffer.update_hold()
+        self._before_publish = self.logger_acks.on_publish
+        self.serving = Serving(self)                 # logger: serve from the log; sender: serve own
+        self.pings = PingReplies(self)
+        self.lbrm = Lbrm(self, now)
+        self.cache = ReceiveCache(self, now)
+        return [self.lbrm, self.logger_acks, self.cache, self.serving, self.pings]
+
+
+class Lbrm(ProtocolPart):
+    """Variable heartbeats, and requests to the logger (the logger: to the source)."""
+
+    def __init__(self, engine, now):
+        super().__init__(engine)
+        p = self.params
+        loggers = self.loggers()
+        if not self.is_logger and len(loggers) != 1:
+            raise ConfigError(f"lbrm needs exactly one logger in the member list, found {len(loggers)}")
         self._hb_min, self._hb_max = ns(p.hb_min), ns(p.hb_max)
         self._rtx_ns = ns(p.rtx_interval if p.rtx_interval is not None else self.cfg.logger_rtx_interval)
         self._immediate = self.cfg.immediate_nack if p.immediate_request is None else p.immediate_request
         self._min_gap_ns = ns(self.cfg.nack_min_interval)
-        self._cache_ns = ns(p.cache_interval)
         self._hb_seq = 0                 # next_seq the heartbeat schedule was set for
         self._hb_next: Optional[int] = None
         self._hb_ival = self._hb_min
         self.next_rtx: Optional[int] = None      # periodic re-request, while anything is missing
         self.next_nack: Optional[int] = None     # deferred immediate request
         self.last_nack = -(1 << 62)
-        self._next_cache = now + self._cache_ns
         self.heartbeat_log = []          # (time, seq) of heartbeats sent, for inspection
+
+    def handlers(self):
+        return {T.GCNOTE: self.on_gcnote}
+
+    def on_gcnote(self, msg, now):
+        # A sender no longer holds ids the logger asked for: it only lets go
+        # of acknowledged ones, so this is a stale answer.  Nothing to do.
+        pass
 
     # ------------------------------------------------------------------ timers
     def _hb_sync(self):
@@ -81,29 +112,17 @@ class LbrmEngine(BaselineEngine):
             self._hb_ival = self._hb_min
             self._hb_next = node.last_publish + self._hb_min
 
-    def get_timer(self) -> int:
+    def get_timer(self):
         self._hb_sync()
-        # The cache round is a timer of its own: running it only when some
-        # other timer fired made the store's contents depend on when the
-        # driver happened to call in.
-        t = [self._next_cache]
-        for x in (self._hb_next, self.next_rtx, self.next_nack):
-            if x is not None:
-                t.append(x)
-        node = self.node
-        if self._loggers() and node.acked < node.next_seq:
-            t.append(self._ack_progress_t + ns(self.cfg.logger_retx_timeout))
-        if self.logger is not None:
-            t.append(self.logger.get_timer())
-        return min(t)
+        t = [x for x in (self._hb_next, self.next_rtx, self.next_nack) if x is not None]
+        return min(t) if t else NEVER
 
-    def handle_timer(self, now: int):
-        self._now = now
+    def on_timer(self, now):
         node = self.node
         self._hb_sync()
         if self._hb_next is not None and now >= self._hb_next:
             node.send_heartbeat(False)
-            self._bump("heartbeats_sent")
+            self.bump("heartbeats_sent")
             self.heartbeat_log.append((now, node.next_seq - 1))
             node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, node.next_seq - 1, 0, 0, 0)
             self._hb_ival = min(int(self._hb_ival * self.params.hb_backoff), self._hb_max)
@@ -113,27 +132,9 @@ class LbrmEngine(BaselineEngine):
             self._request(now, PHASE_NEW)
         if self.next_rtx is not None and now >= self.next_rtx:
             self._rerequest(now)
-        # The sender's side of logging (§3.1, as in the Engine): resend to the
-        # logger what it has not acknowledged for logger_retx_timeout.
-        if node.acked >= node.next_seq:
-            self._ack_progress_t = now
-        if (self._loggers() and node.acked < node.next_seq
-                and now - self._ack_progress_t >= ns(self.cfg.logger_retx_timeout)):
-            self._resend_to_loggers(now)
-        if self.logger is not None:
-            self.logger.on_timer(now)
-        self._cache_gc(now)
-
-    def _cache_gc(self, now):
-        # Receivers repair from the logger only: the store needs to hold a
-        # message only until it is delivered (and, at a sender, acknowledged).
-        if now >= self._next_cache:
-            self.node.round(1, 0)
-            self._next_cache = now + self._cache_ns
 
     # ------------------------------------------------------------------ requests
-    def _after_rx(self, now):
-        self._now = now
+    def after_rx(self, now):
         node = self.node
         if node.nack_pending:
             node.clear_nack()
@@ -145,9 +146,6 @@ class LbrmEngine(BaselineEngine):
                     self.next_nack = due
             if self.next_rtx is None:
                 self.next_rtx = now + self._rtx_ns
-        if self.logger is not None:
-            self.logger.after_rx(now)
-        self._cache_gc(now)
 
     def _rerequest(self, now):
         node = self.node
@@ -168,39 +166,46 @@ class LbrmEngine(BaselineEngine):
         for slot, pid, pinc in node.peer_ids():
             if not node.peer_missing_count(slot, PHASE_ALL):
                 continue
-            miss = self._missing(slot, phase)
+            miss = self.missing(slot, phase)
             if not miss:
                 continue
             if self.is_logger:
-                dest = self._stream_addr(slot, pid)
+                dest = self.stream_addr(slot, pid)
                 if dest is None:
                     continue
             else:
-                dest = self._loggers()[0].addr
+                dest = self.loggers()[0].addr
             by_dest.setdefault(dest, []).append((pid, pinc, miss, miss[0][0], miss[-1][1]))
             for lo, hi in miss:
                 node.mark_inflight(slot, lo, hi)
         for dest, streams in by_dest.items():
-            nmsg, nbytes = self._send_sections(dest, T.RTX, wire.Section.MISSING, streams)
+            nmsg, nbytes = self.send_sections(dest, T.RTX, wire.Section.MISSING, streams)
             k = sum(iv_count(s[2]) for s in streams)
-            self._bump("rtx_sent", nmsg)
-            self._bump("rtx_ids", k)
+            self.bump("rtx_sent", nmsg)
+            self.bump("rtx_ids", k)
             node.trace_event(now, EV_RTX_REQ, 0, 0, 0, k, dest, len(streams))
 
-    def _on_gcnote(self, msg, now):
-        # A sender no longer holds ids the logger asked for: it only lets go
-        # of acknowledged ones, so this is a stale answer.  Nothing to do.
-        pass
 
+class ReceiveCache(ProtocolPart):
+    """Receivers repair from the logger only: the store needs to hold a
+    message only until it is delivered (and, at a sender, acknowledged).
+    Its round is a timer of its own: running it only when some other timer
+    fired made the store's contents depend on when the driver called in."""
 
-LbrmEngine._handlers = {
-    T.RTX: BaselineEngine._on_rtx,            # logger: serve from the log; sender: serve own
-    T.LOGACK: BaselineEngine._on_logack,
-    T.GAPNOTE: BaselineEngine._on_gapnote,
-    T.GCNOTE: LbrmEngine._on_gcnote,
-    T.PING: BaselineEngine._on_ping,
-    T.PONG: BaselineEngine._on_pong,
-}
+    def __init__(self, engine, now):
+        super().__init__(engine)
+        self._cache_ns = ns(self.params.cache_interval)
+        self.next_round = now + self._cache_ns
+
+    def get_timer(self):
+        return self.next_round
+
+    def on_timer(self, now):
+        if now >= self.next_round:
+            self.node.round(1, 0)
+            self.next_round = now + self._cache_ns
+
+    after_rx = on_timer
 
 
 # For rpbcast.sim (rpbcast/sim/protocols.py): engine factory and whether the

@@ -34,10 +34,13 @@ from rpbcast.core import wire
 from rpbcast.config import ConfigError
 from rpbcast.core.digest import DigestError, decode as digest_decode
 from rpbcast.core.node import PHASE_ALL, PHASE_NEW
+from rpbcast.protocol.pings import PingReplies, Pings
+from rpbcast.protocol.send_buffer import NoHold
+from rpbcast.protocol.serving import missing_intervals
+from rpbcast.protocol.trace_events import EV_GOSSIP_IN, EV_GOSSIP_OUT, EV_LOST, EV_RTX_REQ
 
 from rpbcast.baselines.common import (
-    EV_GOSSIP_IN, EV_GOSSIP_OUT, EV_LOST, EV_RTX_REQ, T, BaselineEngine, iv_count, iv_intersect,
-    iv_subtract, iv_union, ns)
+    T, BaselineEngine, Candidates, ProtocolPart, iv_count, iv_intersect, iv_subtract, iv_union, ns)
 
 SEC_HAVE = 16          # GOSSIP section: ids the gossiper holds (positive digest)
 _GOSSIP_HEAD_MASK = 2 ** 64 - 1
@@ -50,23 +53,46 @@ class PbcastParams:
 
 
 class PbcastEngine(BaselineEngine):
+    """pbcast: RTT probes (with a biased selection) and pbcast's gossip;
+    nothing held beyond the gossip buffer, no loggers."""
+
     protocol = "pbcast"
     Params = PbcastParams
     STATS = ("gossip_sent", "solicitations", "solicited_ids", "lost_ids")
 
-    def __init__(self, config, now, rng=None, log=None, **params):
-        if config.role == "logger":
+    def _check_config(self, cfg):
+        if cfg.role == "logger":
             raise ConfigError("pbcast has no loggers (role must be 'member')")
-        super().__init__(config, now, rng, log, **params)
-        self.node.hold_send = False          # the gossip buffer is the only buffer
+        super()._check_config(cfg)
+
+    def _protocol_parts(self, now):
+        self.send_buffer = NoHold(self)          # the gossip buffer is the only buffer
+        self.send_buffer.update_hold()
+        self.pbcast = Pbcast(self, now)
+        # RTT probes for the biased selection, as rpbcast does (Table 7.1:
+        # linear bias for both); none with uniform selection.
+        if self.cfg.selection != "uniform":
+            self.pings = Pings(self, now, self.pbcast.candidates.members_at)
+        else:
+            self.pings = PingReplies(self)
+        return [self.pings, self.pbcast]
+
+
+class Pbcast(ProtocolPart):
+    """pbcast's gossip rounds, digests, solicitations and GC by age."""
+
+    def __init__(self, engine, now):
+        super().__init__(engine)
         self.gc_limit = self.cfg.gc_limit
         p = self.params
         self.give_up = 3 * self.gc_limit if p.give_up_rounds is None else p.give_up_rounds
         if self.give_up and self.give_up <= self.gc_limit:
             raise ConfigError(f"pbcast give_up_rounds must exceed gc_limit ({self.gc_limit}), or be 0 "
                               f"(never give up); got {self.give_up}")
+        self.candidates = Candidates(engine.group, self.cfg.selection, self.rng)
         self._round_ns = ns(self.cfg.gossip_interval)
         self.next_round = now + self.rng.randrange(max(self._round_ns, 1))
+        self.gossip_seq = 0
         # Per stream, the state at the start of each of the last gc_limit + 1
         # rounds: (next, missing intervals).  What arrived since the oldest
         # one is exactly what the store still holds (GC is by arrival round).
@@ -75,31 +101,24 @@ class PbcastEngine(BaselineEngine):
         self._next_hist = {}                 # slot -> deque of next, for giving up
         self._base = {}
         self._rot = 0
-        # RTT probes for the biased selection, as rpbcast does (Table 7.1:
-        # linear bias for both); none with uniform selection.
-        self._ping_ns = ns(self.cfg.ping_interval)
-        self.next_ping = (now + self.rng.randrange(max(self._ping_ns, 1))
-                          if self.cfg.selection != "uniform" else None)
 
-    def _update_hold_send(self):
-        self.node.hold_send = False
+    def handlers(self):
+        return {T.GOSSIP: self.on_gossip, T.RTX: self.on_rtx}
 
     # ------------------------------------------------------------------ timers
-    def get_timer(self) -> int:
-        if self.next_ping is not None and self.next_ping < self.next_round:
-            return self.next_ping
+    def get_timer(self):
         return self.next_round
 
-    def handle_timer(self, now: int):
-        self._now = now
-        if self.next_ping is not None and now >= self.next_ping:
-            self._ping(now)
-            self.next_ping = now + self._ping_ns
+    def on_timer(self, now):
         if now >= self.next_round:
             self._round(now)
             jitter = self._round_ns // 10
             self.next_round = max(self.next_round + self._round_ns + self.rng.randint(-jitter, jitter),
                                   now + 1)
+
+    def after_rx(self, now):
+        # gaps are found by the digests, not acted on when seen
+        self.node.clear_nack()
 
     def _round(self, now):
         node = self.node
@@ -109,7 +128,7 @@ class PbcastEngine(BaselineEngine):
         self._snapshot()
         if self.give_up:
             self._give_up_old(now)
-        target = self._pick_target(now)
+        target = self.candidates.pick(now)
         if target is not None:
             self._gossip_to(target, now)
 
@@ -122,7 +141,7 @@ class PbcastEngine(BaselineEngine):
                 d = self._snaps[slot] = collections.deque(maxlen=self.gc_limit + 1)
                 self._base[slot] = node.peer_info(slot)["base"]
             nxt = node.peer_next(slot)
-            miss = self._missing(slot, PHASE_ALL) if node.peer_missing_count(slot, PHASE_ALL) else []
+            miss = self.missing(slot, PHASE_ALL) if node.peer_missing_count(slot, PHASE_ALL) else []
             d.append((nxt, miss))
 
     def _give_up_old(self, now):
@@ -134,14 +153,14 @@ class PbcastEngine(BaselineEngine):
             h.append(node.peer_next(slot))
             if len(h) <= self.give_up or not h[0] or not node.peer_missing_count(slot, PHASE_ALL):
                 continue
-            gone = self._missing(slot, PHASE_ALL, 0, h[0] - 1)
+            gone = self.missing(slot, PHASE_ALL, 0, h[0] - 1)
             if not gone:
                 continue
             for lo, hi in gone:
                 node.forget(slot, lo, hi)
                 self.events.append(("lost", pid, pinc, lo, hi))
                 node.trace_event(now, EV_LOST, pid, pinc, lo, hi - lo + 1, 0, 0)
-            self._bump("lost_ids", iv_count(gone))
+            self.bump("lost_ids", iv_count(gone))
             # Forgotten ids look received to the tracker: never advertise them.
             snaps = self._snaps.get(slot, ())
             for k in range(len(snaps)):
@@ -151,7 +170,7 @@ class PbcastEngine(BaselineEngine):
             # below every later window's start: never advertised.)
 
     # ------------------------------------------------------------------ gossip
-    def _held(self):
+    def held(self):
         """[(sender, inc, intervals, frm, upto)]: what this node's buffer holds,
         per stream, inside the window the digest covers."""
         node = self.node
@@ -180,13 +199,13 @@ class PbcastEngine(BaselineEngine):
             frm = window[0][0]
             have = window
             if node.peer_missing_count(slot, PHASE_ALL):
-                have = iv_subtract(have, self._missing(slot, PHASE_ALL, frm, hi))
+                have = iv_subtract(have, self.missing(slot, PHASE_ALL, frm, hi))
             if have:
                 out.append((pid, pinc, have, frm, hi))
         return out
 
     def _gossip_to(self, target, now):
-        streams = self._held()
+        streams = self.held()
         if streams:
             k = self._rot % len(streams)
             streams = streams[k:] + streams[:k]
@@ -194,15 +213,15 @@ class PbcastEngine(BaselineEngine):
         head = wire.gossip_body(0, 0, now & _GOSSIP_HEAD_MASK)
         self.gossip_seq += 1
         if not streams:
-            self._emit(target.addr, T.GOSSIP, head, seq=self.gossip_seq)
+            self.emit(target.addr, T.GOSSIP, head, seq=self.gossip_seq)
             nmsg, nbytes = 1, len(head)
         else:
-            nmsg, nbytes = self._send_sections(target.addr, T.GOSSIP, SEC_HAVE, streams, head,
+            nmsg, nbytes = self.send_sections(target.addr, T.GOSSIP, SEC_HAVE, streams, head,
                                                self.params.max_gossip_msgs, seq=self.gossip_seq)
-        self._bump("gossip_sent", nmsg)
+        self.bump("gossip_sent", nmsg)
         self.node.trace_event(now, EV_GOSSIP_OUT, 0, 0, self.gossip_seq, nbytes, target.node_id, 0)
 
-    def _on_gossip(self, msg, now):
+    def on_gossip(self, msg, now):
         body, source, src = msg[6], msg[7], msg[9]
         node = self.node
         node.trace_event(now, EV_GOSSIP_IN, 0, 0, msg[5], len(body), source, 0)
@@ -232,31 +251,23 @@ class PbcastEngine(BaselineEngine):
                 node.heartbeat(slot, top, False, now)      # it has ids we never saw
             if not node.peer_missing_count(slot, PHASE_ALL):
                 continue
-            need = iv_intersect(self._missing(slot, PHASE_NEW, frm, upto), have)
+            need = iv_intersect(self.missing(slot, PHASE_NEW, frm, upto), have)
             if need:
                 want.append((s, i, need, need[0][0], need[-1][1]))
                 for lo, hi in need:
                     node.mark_inflight(slot, lo, hi)
         if want:
-            nmsg, nbytes = self._send_sections(src, T.RTX, wire.Section.MISSING, want)
+            nmsg, nbytes = self.send_sections(src, T.RTX, wire.Section.MISSING, want)
             n = sum(iv_count(w[2]) for w in want)
-            self._bump("solicited_ids", n)
-            self._bump("solicitations", nmsg)
+            self.bump("solicited_ids", n)
+            self.bump("solicitations", nmsg)
             node.trace_event(now, EV_RTX_REQ, 0, 0, 0, n, source, 0)
 
-    def _on_rtx(self, msg, now):
+    def on_rtx(self, msg, now):
         """A solicitation: retransmit what the buffer still holds."""
         src = msg[9]
-        for s, i, iv in self._sections_intervals(msg[6]):
+        for s, i, iv in missing_intervals(msg[6]):
             self.node.serve(s, i, iv, src, False, now, False)
-
-
-PbcastEngine._handlers = {
-    T.GOSSIP: PbcastEngine._on_gossip,
-    T.RTX: PbcastEngine._on_rtx,
-    T.PING: BaselineEngine._on_ping,
-    T.PONG: BaselineEngine._on_pong,
-}
 
 
 # For rpbcast.sim (rpbcast/sim/protocols.py): engine factory and whether the

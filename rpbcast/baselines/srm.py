@@ -30,8 +30,8 @@ DEST_MCAST).  A repair is "heard" when a datagram whose first message is a
 REPAIR arrives: this engine flushes its outbox before serving repairs so
 its repair datagrams start with one, and looks into those datagrams (only,
 and only while it has request or repair timers pending) for the ids
-repaired.  That header walk is the one piece of per-message Python work,
-paid per repair datagram.
+repaired.  That parse is the one piece of per-message Python work, paid
+per repair datagram.
 
 Not implemented from the paper: the adaptive adjustment of C1, C2, D1, D2
 (the constants are parameters), distance estimation from session-message
@@ -40,19 +40,21 @@ timestamps (distances are given or default), local recovery scoping.
 from __future__ import annotations
 
 import heapq
-import struct
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from rpbcast.core import wire
 from rpbcast.config import ConfigError
-from rpbcast.protocol.engine import HB_VECTOR
 from rpbcast.core.node import DEST_MCAST, PHASE_ALL, PHASE_NEW, SELF_SLOT
+from rpbcast.protocol.engine import DriverNeeds
+from rpbcast.protocol.heartbeats import HB_VECTOR, send_hblist
+from rpbcast.protocol.pings import PingReplies
+from rpbcast.protocol.send_buffer import NoHold
+from rpbcast.protocol.serving import missing_intervals
+from rpbcast.protocol.trace_events import EV_HEARTBEAT, EV_RTX_REQ
 
-from rpbcast.baselines.common import (
-    EV_HEARTBEAT, EV_RTX_REQ, NS, T, BaselineEngine, iv_count, ns, runs)
+from rpbcast.baselines.common import NS, T, BaselineEngine, ProtocolPart, iv_count, ns, runs
 
-_HDR = struct.Struct("<BBHIIIQ")       # message header: type, flags, len, sender, inc, aux, seq
 _REQ, _REP = 0, 1
 
 
@@ -73,20 +75,66 @@ class SrmParams:
 
 
 class SrmEngine(BaselineEngine):
+    """SRM: session messages, multicast NACKs and repairs on randomized,
+    suppressed timers; nothing held beyond the repair buffer, no loggers.
+    It looks into repair datagrams, so every datagram goes through
+    receive_datagram(s)."""
+
     protocol = "srm"
     Params = SrmParams
-    DATA_PLANE_RX = False      # it looks into repair datagrams (receive_datagram)
+    driver_needs = DriverNeeds(data_plane_rx=False, every_rx=False)
     STATS = ("nacks_sent", "nack_ids", "nacks_suppressed", "repairs_sent", "repairs_suppressed",
              "session_sent")
 
-    def __init__(self, config, now, rng=None, log=None, **params):
-        if config.role == "logger":
+    def _check_config(self, cfg):
+        if cfg.role == "logger":
             raise ConfigError("srm has no loggers (role must be 'member')")
-        super().__init__(config, now, rng, log, **params)
+        super()._check_config(cfg)
+
+    def _protocol_parts(self, now):
         p = self.params
         if min(p.C1, p.C2, p.D1, p.D2) < 0 or p.default_distance <= 0:
             raise ConfigError("srm timer constants must be >= 0 and default_distance > 0")
-        self.node.hold_send = False
+        self.send_buffer = NoHold(self)
+        self.send_buffer.update_hold()
+        self.srm = Srm(self, now)
+        self.pings = PingReplies(self)
+        return [self.srm, self.pings]
+
+    # ------------------------------------------------------------ driver contract
+    def datagrams_to_send(self):
+        return self.srm.take_flushed() + self.node.datagrams()
+
+    def receive_datagram(self, data, addr: int, now: int) -> int:
+        r = self.node.rx(data, addr, now)
+        if r == 0 and self.srm.listening():
+            self.srm.heard(data, now)
+        if self.node.nctl:
+            self._control(now)
+        self._after_rx(now)
+        return r
+
+    def receive_datagrams(self, buf, offs, lens, addrs, now: int) -> int:
+        bad = 0
+        mv = memoryview(buf)
+        for k in range(len(offs)):
+            o, n = int(offs[k]), int(lens[k])
+            if self.node.rx(mv[o:o + n], int(addrs[k]), now) != 0:
+                bad += 1
+            elif self.srm.listening():
+                self.srm.heard(mv[o:o + n], now)
+            if self.node.nctl:
+                self._control(now)
+        self._after_rx(now)
+        return bad
+
+
+class Srm(ProtocolPart):
+    """Session messages, request and repair timers."""
+
+    def __init__(self, engine, now):
+        super().__init__(engine)
+        p = self.params
         self.req = {}        # (slot, seq) -> [deadline, backoff i, ignore_until, d]
         self.rep = {}        # (slot, seq) -> [deadline, d']
         self.hold = {}       # (slot, seq) -> NACKs ignored until
@@ -101,8 +149,12 @@ class SrmEngine(BaselineEngine):
         self._buffer_rounds = max(1, int(round(p.buffer_time)))
         self._next_house = now + self._house_ns
 
-    def _update_hold_send(self):
-        self.node.hold_send = False
+    def handlers(self):
+        return {T.RTX: self.on_nack, T.HBLIST: self.on_session}
+
+    def take_flushed(self):
+        out, self._out = self._out, []
+        return out
 
     # ------------------------------------------------------------------ utils
     def _session_ival(self) -> int:
@@ -146,20 +198,14 @@ class SrmEngine(BaselineEngine):
             slot = self.node.peer(s, i, 0)
         return slot
 
-    def datagrams_to_send(self):
-        out = self._out + self.node.datagrams()
-        self._out = []
-        return out
-
     # ------------------------------------------------------------------ timers
-    def get_timer(self) -> int:
+    def get_timer(self):
         t = self.next_session
         if self._heap and self._heap[0][0] < t:
             t = self._heap[0][0]
         return t
 
-    def handle_timer(self, now: int):
-        self._now = now
+    def on_timer(self, now):
         if self._heap and self._heap[0][0] <= now:
             self._fire(now)
         if now >= self.next_session:
@@ -214,10 +260,10 @@ class SrmEngine(BaselineEngine):
                     st[0] = now + ns((1 << st[1]) * u)
                     st[2] = now + (st[0] - now) // 2
                     self._push(st[0], _REQ, slot, q)
-            nmsg, nbytes = self._send_sections(DEST_MCAST, T.RTX, wire.Section.MISSING, streams)
+            nmsg, nbytes = self.send_sections(DEST_MCAST, T.RTX, wire.Section.MISSING, streams)
             k = sum(iv_count(s[2]) for s in streams)
-            self._bump("nacks_sent", nmsg)
-            self._bump("nack_ids", k)
+            self.bump("nacks_sent", nmsg)
+            self.bump("nack_ids", k)
             node.trace_event(now, EV_RTX_REQ, 0, 0, 0, k, 0, len(streams))
         if repair:
             # Repairs start datagrams of their own, so that receivers see them.
@@ -225,11 +271,10 @@ class SrmEngine(BaselineEngine):
             for slot, seqs in repair.items():
                 s, i = self._key(slot)
                 served, _ = node.serve(s, i, runs(seqs), DEST_MCAST, False, now, False)
-                self._bump("repairs_sent", served)
+                self.bump("repairs_sent", served)
 
     # ------------------------------------------------------------------ loss detection
-    def _after_rx(self, now):
-        self._now = now
+    def after_rx(self, now):
         node = self.node
         if node.nack_pending:
             node.clear_nack()
@@ -243,7 +288,7 @@ class SrmEngine(BaselineEngine):
         for slot, pid, pinc in node.peer_ids():
             if not node.peer_missing_count(slot, PHASE_ALL):
                 continue
-            miss = self._missing(slot, PHASE_NEW)
+            miss = self.missing(slot, PHASE_NEW)
             if not miss:
                 continue
             d = self._dist(pid)
@@ -262,11 +307,11 @@ class SrmEngine(BaselineEngine):
             entries.append((self.id, self.inc, node.next_seq - 1))
         if not entries:
             return
-        self._send_hblist(DEST_MCAST, entries, 0, HB_VECTOR)
-        self._bump("session_sent")
+        send_hblist(self.emit, self.cfg.mtu, DEST_MCAST, entries, 0, HB_VECTOR)
+        self.bump("session_sent")
         node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, max(node.next_seq, 1) - 1, 0, 0, 0)
 
-    def _on_session(self, msg, now):
+    def on_session(self, msg, now):
         node = self.node
         for s, i, q in wire.read_hb_entries(msg[6]):
             if s == self.id and i == self.inc:
@@ -278,12 +323,12 @@ class SrmEngine(BaselineEngine):
                 node.heartbeat(slot, q, False, now)
 
     # ------------------------------------------------------------------ requests and repairs
-    def _on_nack(self, msg, now):
+    def on_nack(self, msg, now):
         node = self.node
         p = self.params
         requester = msg[7]
         d_req = None
-        for s, i, iv in self._sections_intervals(msg[6]):
+        for s, i, iv in missing_intervals(msg[6]):
             own = s == self.id and i == self.inc
             slot = self._slot_of(s, i, create=not own)
             if slot is None:
@@ -304,7 +349,7 @@ class SrmEngine(BaselineEngine):
                             st[0] = now + self._delay(p.C1, p.C2, st[3], st[1])
                             st[2] = now + (st[0] - now) // 2
                             self._push(st[0], _REQ, slot, q)
-                            self._bump("nacks_suppressed")
+                            self.bump("nacks_suppressed")
                         continue
                     if node.holds(s, i, q):
                         if key in self.rep or self.hold.get(key, 0) > now:
@@ -322,64 +367,29 @@ class SrmEngine(BaselineEngine):
                         self._push(t, _REQ, slot, q)
                         node.mark_inflight(slot, q, q)
 
-    def _heard_repairs(self, data, now):
-        """Someone else's multicast repair: cancel ours for the same ids."""
-        if len(data) < wire.DG_HDR + wire.MSG_HDR:
+    # ------------------------------------------------------------------ repairs heard
+    def listening(self):
+        """Someone else's repair matters now: timers pending, suppression on."""
+        return bool(self.rep or self.req) and self.params.suppress
+
+    def heard(self, data, now):
+        """A datagram received while listening: if it carries repairs
+        (datagrams with repairs start with one), cancel ours for the same
+        ids."""
+        if wire.first_type(data) != T.REPAIR:
             return
-        count, mac = struct.unpack_from("<HH", data, 16)
-        end = len(data) - mac
-        off = wire.DG_HDR
         p = self.params
-        for _ in range(count):
-            if off + wire.MSG_HDR > end:
-                break
-            t, _, ln, s, i, _, q = _HDR.unpack_from(data, off)
-            off += wire.MSG_HDR + ln
-            if t != T.REPAIR:
+        for m in wire.parse(bytes(data))[1]:
+            if m.type != T.REPAIR:
                 continue
-            slot = self._slot_of(s, i)
+            slot = self._slot_of(m.sender, m.inc)
             if slot is None:
                 continue
-            key = (slot, q)
+            key = (slot, m.seq)
             st = self.rep.pop(key, None)
             if st is not None:
-                self._bump("repairs_suppressed")
-            self.hold[key] = now + ns(p.hold_down * (st[1] if st else self._dist(s)))
-
-    def receive_datagram(self, data, addr: int, now: int) -> int:
-        self._now = now
-        r = self.node.rx(data, addr, now)
-        if (r == 0 and len(data) > wire.DG_HDR and data[wire.DG_HDR] == T.REPAIR
-                and (self.rep or self.req) and self.params.suppress):
-            self._heard_repairs(data, now)
-        if self.node.nctl:
-            self._control(now)
-        self._after_rx(now)
-        return r
-
-    def receive_datagrams(self, buf, offs, lens, addrs, now: int) -> int:
-        bad = 0
-        mv = memoryview(buf)
-        for k in range(len(offs)):
-            o, n = int(offs[k]), int(lens[k])
-            if self.node.rx(mv[o:o + n], int(addrs[k]), now) != 0:
-                bad += 1
-            elif (n > wire.DG_HDR and mv[o + wire.DG_HDR] == T.REPAIR and (self.rep or self.req)
-                  and self.params.suppress):
-                self._heard_repairs(bytes(mv[o:o + n]), now)
-            if self.node.nctl:
-                self._control(now)
-        self._now = now
-        self._after_rx(now)
-        return bad
-
-
-SrmEngine._handlers = {
-    T.RTX: SrmEngine._on_nack,
-    T.HBLIST: SrmEngine._on_session,
-    T.PING: BaselineEngine._on_ping,
-    T.PONG: BaselineEngine._on_pong,
-}
+                self.bump("repairs_suppressed")
+            self.hold[key] = now + ns(p.hold_down * (st[1] if st else self._dist(m.sender)))
 
 
 # For rpbcast.sim (rpbcast/sim/protocols.py): engine factory and whether the

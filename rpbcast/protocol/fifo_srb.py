@@ -34,13 +34,15 @@ T = wire.MsgType
 
 
 class FifoSrb(Extension):
-    def attach(self, engine):
-        super().attach(engine)
-        engine.always_lastseen = True
-        self.f = engine.cfg.srb_f
-        self.w = engine.cfg.srb_window
-        self.report_ns = int(engine.cfg.srb_report_interval * NS)
-        self.next_report = engine._now + self.report_ns
+    gossip_frontiers = True      # every gossip carries LASTSEEN
+
+    def attach(self, ctx):
+        super().attach(ctx)
+        cfg = ctx.cfg
+        self.f = cfg.srb_f
+        self.w = cfg.srb_window
+        self.report_ns = int(cfg.srb_report_interval * NS)
+        self.next_report = ctx.now + self.report_ns
         self.frontiers = {}          # (sender, inc) -> {member id: frontier}
         self.safe = {}               # (sender, inc) -> safe frontier applied
         self.stable = 0              # own stable frontier applied
@@ -48,14 +50,14 @@ class FifoSrb(Extension):
         self.dirty = False
 
     # -- frontiers -----------------------------------------------------------
-    def on_lastseen(self, source, entries, now):
-        e = self.engine
+    def on_lastseen(self, source, source_inc, entries, now):
+        ctx = self.ctx
         for s, i, frontier in entries:
             d = self.frontiers.setdefault((s, i), {})
             if frontier > d.get(source, 0):
                 d[source] = frontier
                 self.dirty = True
-            if frontier and (s, i) != (e.id, e.inc):
+            if frontier and (s, i) != (ctx.id, ctx.inc):
                 self._learn(s, i, frontier, now)
         if self.dirty:
             self._apply(now)
@@ -66,10 +68,10 @@ class FifoSrb(Extension):
         would say.  Without this a receiver that missed the last messages of
         a sender that then crashed never learns they exist, although other
         correct members delivered them (Agreement, §2.1)."""
-        node = self.engine.node
+        node = self.ctx.node
         slot = node.find_peer(s, i)
         if slot is None:
-            if self.engine.status == PENDING_JOIN:
+            if self.ctx.status == PENDING_JOIN:
                 return                  # a joiner takes its bases from its sponsors (t_join)
             if any(pid == s and pinc > i for _, pid, pinc in node.peer_ids()):
                 return                  # an older incarnation: not wanted
@@ -85,17 +87,17 @@ class FifoSrb(Extension):
         without that member, it would skip them on reconnecting.  So
         stability waits for it (the window then fills with what cannot be
         purged), until it is declared failed and leaves the membership."""
-        e = self.engine
-        return [m.node_id for m in e.members.members.values()
-                if m.node_id != e.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
+        ctx = self.ctx
+        return [m.node_id for m in ctx.members.members.values()
+                if m.node_id != ctx.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
 
     def _apply(self, now):
-        e = self.engine
-        node = e.node
+        ctx = self.ctx
+        node = ctx.node
         self.dirty = False
         holders = self._holders()
         # Own stream: safe and stable.
-        own = (e.id, e.inc)
+        own = (ctx.id, ctx.inc)
         rep = self.frontiers.get(own, {})
         vals = sorted([node.next_seq] + [rep.get(m, 0) for m in holders], reverse=True)
         safe = vals[self.f] if len(vals) > self.f else 0
@@ -123,30 +125,30 @@ class FifoSrb(Extension):
         return self.next_report
 
     def on_timer(self, now):
-        e = self.engine
+        ctx = self.ctx
         self.next_report = now + self.report_ns
         # Report our frontiers to every sender we receive from.
         sent_to = set()
-        for slot, pid, pinc in e.node.peer_ids():
-            m = e.members.get(pid)
-            if m is None or pid in sent_to or m.status not in (MEMBER, PENDING_LEAVE) or e.node.peer_dead(slot):
+        for slot, pid, pinc in ctx.node.peer_ids():
+            m = ctx.members.get(pid)
+            if m is None or pid in sent_to or m.status not in (MEMBER, PENDING_LEAVE) or ctx.node.peer_dead(slot):
                 continue
-            e._gossip_to(m, now, 0, with_lastseen=True, with_missing=False)
+            ctx.report_frontiers(m, now)
             sent_to.add(pid)
         self._apply(now)
         # An idle sender announces its empty window (§2.5).
-        st = e.node.srb_state
+        st = ctx.node.srb_state
         if st is not None:
             low, nxt = st[0], st[1]
-            idle = nxt and now - e.node.last_publish >= int(e.cfg.idle_after * NS)
+            idle = nxt and now - ctx.node.last_publish >= int(ctx.cfg.idle_after * NS)
             if idle and low != self.window_announced and low > 0:
-                e._emit(DEST_MCAST, T.WINDOW, b"", aux=self.w, seq=low)
+                ctx.emit(DEST_MCAST, T.WINDOW, b"", aux=self.w, seq=low)
                 self.window_announced = low
 
     # -- notices ---------------------------------------------------------------
     def on_message(self, msg, now):
         type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
-        node = self.engine.node
+        node = self.ctx.node
         if type_ == T.PURGED:
             slot = node.find_peer(sender, inc)
             if slot is not None:
@@ -162,5 +164,5 @@ class FifoSrb(Extension):
 
     # -- observability ---------------------------------------------------------
     def state(self):
-        return {"safe": dict(self.safe), "stable": self.stable, "window": self.engine.node.srb_state,
+        return {"safe": dict(self.safe), "stable": self.stable, "window": self.ctx.node.srb_state,
                 "frontiers": {k: dict(v) for k, v in self.frontiers.items()}}

@@ -15,17 +15,21 @@ A logger is a member that also
     per-sender trackers are rebuilt from it, so nothing acknowledged is lost,
   * runs its own logger phase against the original sender, and declares ids
     of a dead incarnation lost once nobody can supply them.
+
+It is an engine extension like the others (rpbcast.protocol.extension): the
+engine adds it when Config.role is "logger", and it declares what makes a
+member a logger -- it serves from its log, ends the logger phase, and its
+gossip always carries its frontiers, capped at what is durable.
 """
 from __future__ import annotations
 
 import collections
 
-import numpy as np
-
 from rpbcast.core import wire
 from rpbcast.core.logstore import LogStore
+from rpbcast.core.node import DEST_MCAST, PHASE_ALL, PHASE_LOGGER
+from rpbcast.protocol.extension import Extension
 from rpbcast.protocol.membership import ROLE_LOGGER
-from rpbcast.core.node import PHASE_ALL, PHASE_LOGGER
 
 NS = 1_000_000_000
 T = wire.MsgType
@@ -33,12 +37,21 @@ ACK_REFRESH_NS = 250_000_000     # re-send the latest LOGACK this often (ACKs ge
 GC_EVERY_NS = 1_000_000_000
 
 
-class LoggerRole:
-    def __init__(self, engine, log, now):
-        self.e = engine
-        cfg = engine.cfg
-        self.log = log if log is not None else LogStore(cfg.log_dir)
-        node = engine.node
+class LoggerRole(Extension):
+    serves_from_log = True
+    ends_logger_phase = True
+    gossip_frontiers = True      # every gossip carries the durable frontiers (ACKs, §5.2)
+
+    def __init__(self, log=None):
+        self.log = log           # a LogStore, or None: open Config.log_dir on attach
+
+    def attach(self, ctx):
+        super().attach(ctx)
+        cfg = ctx.cfg
+        now = ctx.now
+        if self.log is None:
+            self.log = LogStore(cfg.log_dir)
+        node = ctx.node
         node.attach_log(self.log)
         self.recovered = {}
         # Rebuild trackers: what is on disk counts as received.  Start each
@@ -68,14 +81,19 @@ class LoggerRole:
     @property
     def needs_every_rx(self):
         # fsync "always": sync and acknowledge after every batch that logged
-        return self.e.cfg.fsync == "always"
+        return self.ctx.cfg.fsync == "always"
+
+    def frontier_caps(self):
+        # A logger's frontier is an acknowledgment (§5.2: senders derive
+        # ACKs from it): it reports only what a completed sync covers.
+        return self.durable
 
     # ------------------------------------------------------------------ timers
     def get_timer(self):
         return min(self.next_sync, self.next_ack, self.next_gc)
 
     def _sync(self):
-        cfg = self.e.cfg
+        cfg = self.ctx.cfg
         if cfg.fsync == "never":
             self.log.flush()
         else:
@@ -83,19 +101,19 @@ class LoggerRole:
         self._snapshot()
 
     def _snapshot(self):
-        node = self.e.node
+        node = self.ctx.node
         for slot, pid, pinc in node.peer_ids():
             self.durable[slot] = node.peer_contiguous(slot)
 
     def after_rx(self, now):
-        logged = self.e.node.logged
-        if self.e.cfg.fsync == "always" and logged != self.synced_count:
+        logged = self.ctx.node.logged
+        if self.ctx.cfg.fsync == "always" and logged != self.synced_count:
             self.synced_count = logged
             self._sync()
             self._send_acks(now, force=False)
 
     def on_timer(self, now):
-        cfg = self.e.cfg
+        cfg = self.ctx.cfg
         if now >= self.next_sync:
             if cfg.fsync != "always":
                 self._sync()
@@ -108,15 +126,16 @@ class LoggerRole:
             self.next_gc = now + GC_EVERY_NS
 
     def _stream_addr(self, slot, pid):
-        a = self.e.node.peer_info(slot)["addr"]
+        a = self.ctx.node.peer_info(slot)["addr"]
         if a:
             return a
-        return self.e._addr_of(pid)
+        m = self.ctx.members.get(pid)
+        return m.addr if m is not None else None
 
     def _send_acks(self, now, force):
         """LOGACK every sender whose durable frontier moved; repeat the last
         one now and then for a while, since ACKs get lost too."""
-        node = self.e.node
+        node = self.ctx.node
         for slot, pid, pinc in node.peer_ids():
             if node.peer_dead(slot):
                 continue
@@ -129,18 +148,18 @@ class LoggerRole:
                 addr = self._stream_addr(slot, pid)
                 if addr is None:
                     continue
-                self.e._emit(addr, T.LOGACK, sender=pid, inc=pinc, seq=d)
+                self.ctx.emit(addr, T.LOGACK, sender=pid, inc=pinc, seq=d)
                 self.sent[slot] = (d, now if d > last else t_adv, now)
 
     # ------------------------------------------------------------------ GC
-    def on_report(self, member_id, entries, now, inc=None):
+    def on_lastseen(self, source, source_inc, entries, now):
         # A report belongs to one incarnation: a restarted member starts
         # from its own checkpoint, so what its predecessor acknowledged
         # does not count for it.
-        if inc is not None and self.report_inc.get(member_id) != inc:
-            self.report_inc[member_id] = inc
-            self.reports[member_id] = {}
-        r = self.reports.setdefault(member_id, {})
+        if self.report_inc.get(source) != source_inc:
+            self.report_inc[source] = source_inc
+            self.reports[source] = {}
+        r = self.reports.setdefault(source, {})
         for s, i, frontier in entries:
             if frontier > r.get((s, i), 0):
                 r[(s, i)] = frontier
@@ -148,14 +167,14 @@ class LoggerRole:
     def _gc(self, now):
         """Collect below the frontier every current member reported (§5.2);
         the retention timeout is the failsafe for members that stay away."""
-        e = self.e
-        node = e.node
-        current = [m for m in e.members.current() if m.role != ROLE_LOGGER]
+        ctx = self.ctx
+        node = ctx.node
+        current = [m for m in ctx.members.current() if m.role != ROLE_LOGGER]
         snap = {}
         for slot, pid, pinc in node.peer_ids():
             snap[(pid, pinc)] = node.peer_contiguous(slot)
         self.history.append((now, snap))
-        horizon = now - int(e.cfg.log_retention * NS)
+        horizon = now - int(ctx.cfg.log_retention * NS)
         failsafe = {}
         while self.history and self.history[0][0] <= horizon:
             failsafe = self.history.popleft()[1]
@@ -173,7 +192,7 @@ class LoggerRole:
         # Collect only what has been stable for log_min_keep: a member that
         # crashes between receiving and checkpointing asks again.
         self.stable_hist.append((now, stable))
-        keep = now - int(e.cfg.log_min_keep * NS)
+        keep = now - int(ctx.cfg.log_min_keep * NS)
         old_stable = {}
         while self.stable_hist and self.stable_hist[0][0] <= keep:
             old_stable = self.stable_hist.popleft()[1]
@@ -189,7 +208,7 @@ class LoggerRole:
     # ------------------------------------------------------------------ requests
     def on_request(self, sender, inc, intervals, src, now):
         """After serving what the log holds: answer for the rest."""
-        node = self.e.node
+        node = self.ctx.node
         if sender == node.node_id and inc == node.inc:
             # Our own stream: the log has all of it (publish logs first), so
             # a request for it is never news of a stream to pull.
@@ -206,13 +225,13 @@ class LoggerRole:
             if slot is not None and hi >= node.peer_next(slot):
                 top = hi if top is None else max(top, hi)
         if collected:
-            self.e._send_gapnote(src, sender, inc, collected, lost=False)
+            self.ctx.send_gapnote(src, sender, inc, collected, lost=False)
         lost = self.lost.get((sender, inc))
         if lost:
             hit = [(max(a, int(lo)), min(b, int(hi))) for a, b in lost for lo, hi in intervals
                    if a <= int(hi) and int(lo) <= b]
             if hit:
-                self.e._send_gapnote(src, sender, inc, sorted(hit), lost=True)
+                self.ctx.send_gapnote(src, sender, inc, sorted(hit), lost=True)
         if slot is not None and top is not None and top < node.peer_next(slot) + (1 << 20):
             # Someone saw more of this stream than we did: start pulling it.
             node.heartbeat(slot, top, False, now)
@@ -221,36 +240,28 @@ class LoggerRole:
             s2 = node.peer(sender, inc, 0)
             node.heartbeat(s2, hi, False, now)
 
-    def on_gapnote(self, sender, inc, intervals, now):
-        pass
-
-    def on_section(self, source, kind, data, now):
-        pass
-
-    def gossip_sections(self, budget):
-        return []
-
     # ------------------------------------------------------------------ logger phase
-    def rtx_to_senders(self, now):
+    def logger_phase(self, now):
         """The logger's own logger phase: ask the original sender; when the
         sender's incarnation is dead (a newer one exists, or it has not been
         heard from for member_timeout), what nobody supplied is lost."""
-        e = self.e
-        node = e.node
-        grace = int(e.cfg.member_timeout * NS)
-        budget = e.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - 32
-        others = [m for m in e.members.loggers()]
+        ctx = self.ctx
+        node = ctx.node
+        cfg = ctx.cfg
+        grace = int(cfg.member_timeout * NS)
+        budget = cfg.mtu - wire.DG_HDR - wire.MSG_HDR - 32
+        others = [m for m in ctx.members.loggers()]
         for slot, pid, pinc in node.peer_ids():
             if not node.peer_missing_count(slot, PHASE_ALL):
                 continue
-            m = e.members.get(pid)
+            m = ctx.members.get(pid)
             dead = node.peer_dead(slot) or (m is not None and m.inc > pinc)
             info = node.peer_info(slot)
             silent = info["last_heard"] > 0 and now - info["last_heard"] > grace and (
                 m is None or (m.last_heard and now - m.last_heard > grace))
             if dead or silent:
                 t0 = self.dead_since.setdefault(slot, now)
-                if now - t0 >= min(grace, int(e.cfg.logger_rtx_interval * NS) * 4):
+                if now - t0 >= min(grace, int(cfg.logger_rtx_interval * NS) * 4):
                     self._declare_lost(slot, pid, pinc, now)
                     continue
             if not node.peer_missing_count(slot, PHASE_LOGGER):
@@ -264,17 +275,16 @@ class LoggerRole:
             if others and (self._rtx_turn % 2 == 0 or addr is None):
                 addr = others[self._rtx_turn % len(others)].addr
             if addr is not None:
-                e._emit(addr, T.RTX, body)
+                ctx.emit(addr, T.RTX, body)
 
     def _declare_lost(self, slot, pid, pinc, now):
-        node = self.e.node
+        node = self.ctx.node
         iv = node.missing(slot, PHASE_ALL, 0)
         if not len(iv):
             return
         runs = [(int(a), int(b)) for a, b in iv]
-        from rpbcast.core.node import DEST_MCAST
-        self.e._send_gapnote(DEST_MCAST, pid, pinc, runs, lost=True)
+        self.ctx.send_gapnote(DEST_MCAST, pid, pinc, runs, lost=True)
         for a, b in runs:
             node.forget(slot, a, b)
-            self.e.events.append(("lost", pid, pinc, a, b))
+            self.ctx.post_event("lost", pid, pinc, a, b)
         self.lost.setdefault((pid, pinc), []).extend(runs)

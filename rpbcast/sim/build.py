@@ -181,8 +181,8 @@ def warm_start(engines: Dict[int, object]):
     freshness 0 while each node announces (inc, 1) for itself, so a cold
     group first gossips its way to agreement (MEMBERS exchanges that grow
     with n**2; docs/simulator.md)."""
-    entries = {v: e._self_entry() for v, e in engines.items()
-               if hasattr(e, "_self_entry") and hasattr(e, "members")}
+    entries = {v: e.self_entry() for v, e in engines.items()
+               if hasattr(e, "self_entry") and hasattr(e, "members")}
     for v, e in engines.items():
         if v not in entries:
             continue

@@ -4,8 +4,8 @@ chosen subset, no loggers, no immediate NACKs, uniform selection, and per
 member the number of gossip rounds in which it still lacked the message.
 
 Counting rounds needs two things the engine's public calls do not give: a
-hook before each gossip round (``Engine._gossip_round`` is wrapped) and the
-members' table entries for a warm start (``Engine._self_entry``).
+hook before each gossip round (``Engine.repair.gossip_round`` is wrapped) and the
+members' table entries for a warm start (``Engine.self_entry``).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def _engine_trial(n: int, n0: int, seed: int, gossip_interval: float, gc_limit: 
 
 class _RoundCounter:
     """Per member, the gossip rounds it began while it lacked the sender's
-    message: a wrapper around Engine._gossip_round asks the data plane
+    message: a wrapper around Engine.repair.gossip_round asks the data plane
     before each round (the count includes the round whose pull brought the
     message).  Node 1 is the sender."""
 
@@ -47,7 +47,7 @@ class _RoundCounter:
         self.counting = False       # from the publish on: nobody lacks anything before it
 
     def attach(self, v, e):
-        orig = e._gossip_round
+        orig = e.repair.gossip_round
 
         def counted(now, orig=orig, v=v, e=e):
             if self.counting and v != 1:
@@ -55,7 +55,7 @@ class _RoundCounter:
                 if slot is not None and e.node.peer_missing_count(slot) > 0:
                     self.rounds[v] += 1
             return orig(now)
-        e._gossip_round = counted
+        e.repair.gossip_round = counted
 
 
 def _run_in_sim(n, receivers, holders, cfg, counter, seed, latency, gossip_interval, timeout_rounds) -> bool:
@@ -131,7 +131,7 @@ def _warm_start(engines):
     group had been running (same as rpbcast.sim's warm start): no membership
     exchange storm before the experiment."""
     import dataclasses
-    entries = {v: e._self_entry() for v, e in engines.items()}
+    entries = {v: e.self_entry() for v, e in engines.items()}
     for v, e in engines.items():
         for w, m in entries.items():
             if w != v:

@@ -1,0 +1,315 @@
+"""This member in the group: the member table and the membership protocol
+(thesis §5.3; the table and its signature are rpbcast.protocol.membership).
+
+``StaticGroup``: the members the configuration lists, fixed, and this
+member's own entry (the baselines).  ``Group`` is rpbcast's membership
+protocol on top of it:
+
+* joining: JOIN multicast every join_interval until k sponsors answer with a
+  list (MEMBERS, flag REPLY) that holds us as a member -- a logger's answer
+  alone suffices; the first sponsor's heartbeat vector (HBLIST VECTOR) is
+  the join time t_join.  Leaving mirrors it (LEAVE);
+* the MEMBERS exchange when a gossiper's membership signature differs from
+  ours: we answer with our list, it pushes back what we are behind on;
+* disconnect / reconnect of intermittently connected subscribers (§1.1);
+* gossip target selection among the members (§4.2, rpbcast.protocol.selection);
+* each member's periodic frontier report to a logger: a logger collects a
+  message once every current member has it (§5.2).
+"""
+from __future__ import annotations
+
+from rpbcast.core import wire
+from rpbcast.core.node import DEST_MCAST
+from rpbcast.protocol.heartbeats import HB_VECTOR
+from rpbcast.protocol.membership import (
+    DISCONNECTED, MEMBER, NOT_MEMBER, PENDING_JOIN, PENDING_LEAVE, ROLE_LOGGER, ROLE_MEMBER, Member,
+    addr_to_wire, wire_to_addr)
+from rpbcast.protocol.selection import choose
+from rpbcast.protocol.trace_events import EV_MEMBER
+
+T = wire.MsgType
+NS = 1_000_000_000
+NEVER = 1 << 62
+ACTIVE = (MEMBER, PENDING_LEAVE)
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * NS))
+
+
+class StaticGroup:
+    """The member table as the configuration gives it, and our own entry."""
+
+    def __init__(self, engine):
+        cfg = engine.cfg
+        self.e = engine
+        self.members = engine.members
+        self.node = engine.node
+        self.id = engine.id
+        self.inc = engine.inc
+        self.role = ROLE_LOGGER if engine.is_logger else ROLE_MEMBER
+        self.status = PENDING_JOIN if cfg.join else MEMBER
+        self.freshness = 1
+        self._timeout_ns = _ns(cfg.member_timeout)
+        for rank, m in enumerate(cfg.members):
+            self.members.upsert(Member(m.node_id, 0, MEMBER, ROLE_LOGGER if m.role == "logger" else ROLE_MEMBER,
+                                       m.addr, m.rank if m.rank >= 0 else rank, 0))
+        self.members.upsert(self.self_entry())
+        self.members.on_status = self._traced
+
+    def _traced(self, m: Member):
+        # trace: a member appeared or changed status (docs/traces.md `member`)
+        self.node.trace_event(self.e._now, EV_MEMBER, m.node_id, m.inc, m.freshness, 0, 0, m.status)
+
+    def self_entry(self) -> Member:
+        return Member(self.id, self.inc, self.status, self.role, self.e.cfg.addr, -1, self.freshness,
+                      max(self.node.next_seq - 1, 0))
+
+    def targets(self, now):
+        """Members we believe up and reachable: gossip and ping candidates."""
+        return self.members.active(now, self._timeout_ns)
+
+    def set_addr(self, addr: int):
+        self.members.upsert(Member(self.id, self.inc, self.status, self.role, addr, -1,
+                                   self.freshness + 0, max(self.node.next_seq - 1, 0)))
+        m = self.members.get(self.id)
+        if m is not None and m.addr != addr:
+            m.addr = addr
+            self.members.version += 1
+
+
+class Group(StaticGroup):
+    """rpbcast's membership protocol."""
+
+    def __init__(self, engine, now):
+        super().__init__(engine)
+        cfg = engine.cfg
+        self.rng = engine.rng
+        self.events = engine.events
+        self.emit = engine.emit
+        self.sponsors = set()
+        self.t_join_taken = False
+        self._reply_parts = {}      # source -> [list size, {id: key} seen so far, time]
+        self.next_join = now if cfg.join else NEVER
+        self.next_report = now + _ns(cfg.logger_report_interval)
+        self._join_ns = _ns(cfg.join_interval)
+        self._report_ns = _ns(cfg.logger_report_interval)
+        self._gossip_ns = _ns(cfg.gossip_interval)
+        self._mtu = cfg.mtu
+        self._selection = cfg.selection
+        self._sponsors_needed = cfg.sponsors
+        self._catch_up = cfg.catch_up
+
+    def handlers(self):
+        return {T.JOIN: self.on_join, T.LEAVE: self.on_leave, T.MEMBERS: self.on_members}
+
+    def get_timer(self):
+        return min(self.next_report, self.next_join)
+
+    def on_timer(self, now):
+        if now >= self.next_report:
+            self.report_to_logger(now)
+            self.next_report = now + self._report_ns
+        if now >= self.next_join:
+            self._join_tick(now)
+
+    # ------------------------------------------------------------------ gossip targets
+    def pick_target(self, now):
+        c = self.targets(now)
+        if not c:
+            # Nobody we believe is up and reachable.  Our view may be stale:
+            # two members that each missed the other's reconnect (both
+            # DISCONNECTED in the other's table), with every third member
+            # crashed, would otherwise never talk again and never repair
+            # each other.  Probe a member we think is away: a gossip carries
+            # the membership signature, which sets both views right.
+            c = [m for m in self.members.entries()
+                 if m.node_id != self.id and m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
+            if not c:
+                return None
+            return c[self.rng.randrange(len(c))]
+        return choose(c, [m.rtt for m in c], self._selection, self.rng)
+
+    def report_to_logger(self, now):
+        """Members report their receive frontiers to a logger at least this
+        often, for logger GC from derived ACKs (§5.2)."""
+        if self.role == ROLE_LOGGER or self.status not in ACTIVE:
+            return              # (a logger's own gossip carries its frontiers)
+        loggers = self.members.loggers()
+        if loggers:
+            lg = loggers[self.rng.randrange(len(loggers))]
+            self.e.repair.report_frontiers(lg, now)
+
+    # ------------------------------------------------------------------ MEMBERS
+    def _member_bytes(self, m: Member) -> bytes:
+        ip, port = addr_to_wire(m.addr)
+        return wire.member_entry(wire.Member(m.node_id, m.inc, m.status, m.role, port, ip,
+                                             max(m.rank, 0) if m.rank >= 0 else 0xFFFFFFFF,
+                                             m.freshness, m.lastseq))
+
+    @staticmethod
+    def _read_members(body):
+        out = []
+        for e in wire.read_members(body):
+            rank = -1 if e.rank == 0xFFFFFFFF else e.rank
+            out.append(Member(e.id, e.inc, e.status, e.role, wire_to_addr(e.ipv4, e.port), rank,
+                              e.freshness, e.lastseq))
+        return out
+
+    def send_members(self, dest, members, flags):
+        """A list over as many MEMBERS messages as it takes; aux = the size
+        of the whole list, so the receiver knows when it has every part."""
+        per = (self._mtu - wire.DG_HDR - wire.MSG_HDR) // wire.MEMBER_ENTRY
+        for k in range(0, len(members), per):
+            body = b"".join(self._member_bytes(m) for m in members[k:k + per])
+            self.emit(dest, T.MEMBERS, body, flags, aux=len(members))
+
+    def reply_members(self, dest):
+        """A gossiper's membership signature differs from ours: our list."""
+        self.send_members(dest, self.members.entries(), wire.F_REPLY)
+
+    def on_members(self, msg, now):
+        type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
+        entries = self._read_members(body)
+        theirs = {}
+        changed = False
+        for m in entries:
+            theirs[m.node_id] = m.key()
+            if m.node_id == self.id:
+                continue
+            before = self.members.get(m.node_id)
+            was = before.status if before is not None else None
+            if self.members.upsert(m):
+                changed = True
+                if m.status != was:
+                    self.e.post_event("member", m.node_id,
+                                      {MEMBER: "joined", NOT_MEMBER: "left"}.get(m.status, "changed"))
+        me = next((m for m in entries if m.node_id == self.id and m.inc == self.inc), None)
+        if me is not None and me.freshness == self.freshness:
+            sm = self.members.get(source)
+            if self.status == PENDING_JOIN and me.status == MEMBER:
+                self.sponsors.add(source)
+                if len(self.sponsors) >= self._sponsors_needed or (sm is not None and sm.is_logger):
+                    self._become(MEMBER, now)
+            elif self.status == PENDING_LEAVE and me.status == NOT_MEMBER:
+                self.sponsors.add(source)
+                if len(self.sponsors) >= self._sponsors_needed or (sm is not None and sm.is_logger):
+                    self._become(NOT_MEMBER, now)
+        if changed:
+            self.e.send_buffer.update_hold()
+        if flags & wire.F_REPLY:
+            # Push back what the replier is behind on.  Entries it holds in
+            # an older version: at once.  Entries it lacks: only once every
+            # part of its list has arrived (a part lacks most entries; pushing
+            # on each part multiplied the traffic by the number of parts).
+            stale = [m for m in self.members.members.values()
+                     if m.node_id in theirs and theirs[m.node_id] < m.key()]
+            acc = self._reply_parts.get(source)
+            if acc is None or acc[0] != aux or now - acc[2] > self._gossip_ns:
+                acc = self._reply_parts[source] = [aux, {}, now]
+            acc[1].update(theirs)
+            push = stale
+            if len(acc[1]) >= aux:
+                push = self.members.behind(acc[1])
+                del self._reply_parts[source]
+            if push:
+                self.send_members(src, push, wire.F_PUSH)
+
+    # ------------------------------------------------------------------ join and leave
+    def on_join(self, msg, now):
+        type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
+        if self.status != MEMBER:
+            return
+        (m,) = self._read_members(body)
+        if m.node_id != sender or m.inc != inc or m.freshness != seq:
+            return                  # header and entry disagree: not a JOIN we can trust
+        if m.addr == 0:
+            m.addr = src
+        m.status = MEMBER
+        m.last_heard = now
+        if self.members.upsert(m):
+            self.e.post_event("member", m.node_id, "joined")
+            if m.is_logger:
+                self.e.send_buffer.update_hold()
+        # Sponsor: our list (with the joiner in it) and our t_join vector.
+        self.send_members(src, self.members.entries(), wire.F_REPLY)
+        node = self.node
+        vec = [(pid, pinc, node.peer_next(slot) - 1) for slot, pid, pinc in node.peer_ids()
+               if node.peer_next(slot) > 0]
+        if node.next_seq:
+            vec.append((self.id, self.inc, node.next_seq - 1))
+        self.e.heartbeats.send_list(src, vec, wire.F_REPLY, HB_VECTOR)
+
+    def take_t_join(self, entries):
+        """A sponsor's vector: t_join.  We answer for what comes after."""
+        node = self.node
+        for s, i, q in entries:
+            if s == self.id and i == self.inc:
+                continue
+            node.peer(s, i, 0 if self._catch_up else q + 1)
+        self.t_join_taken = True
+
+    def on_leave(self, msg, now):
+        type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
+        if self.status != MEMBER:
+            return
+        cur = self.members.get(sender)
+        if cur is None:
+            return
+        m = Member(sender, inc, NOT_MEMBER, cur.role, cur.addr, cur.rank, seq, cur.lastseq)
+        if self.members.upsert(m):
+            self.e.post_event("member", sender, "left")
+        self.send_members(src, self.members.entries(), wire.F_REPLY)
+
+    def _become(self, status, now):
+        self.status = status
+        self.sponsors = set()
+        self.next_join = NEVER
+        # Same (inc, freshness) as the sponsors already hold: upsert would
+        # keep the old entry, so set the status in place (and re-sign).
+        if self.members.get(self.id) is None:
+            self.members.upsert(self.self_entry())
+        else:
+            self.members.set_status(self.id, status)
+        self.events.append(("status", {MEMBER: "member", NOT_MEMBER: "not_member"}[status]))
+
+    def join(self, now: int):
+        self.freshness += 1
+        self.status = PENDING_JOIN
+        self.sponsors = set()
+        self.t_join_taken = False
+        self.members.upsert(self.self_entry())
+        self.next_join = now
+
+    def leave(self, now: int):
+        self.freshness += 1
+        self.status = PENDING_LEAVE
+        self.sponsors = set()
+        self.members.upsert(self.self_entry())
+        self.next_join = now
+
+    def _join_tick(self, now):
+        if self.status == PENDING_JOIN:
+            self.emit(DEST_MCAST, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness)
+        elif self.status == PENDING_LEAVE:
+            self.emit(DEST_MCAST, T.LEAVE, seq=self.freshness)
+        else:
+            self.next_join = NEVER
+            return
+        self.next_join = now + self._join_ns
+
+    # ------------------------------------------------------------------ disconnected subscribers
+    def disconnect(self, now: int):
+        self._announce(DISCONNECTED, now)
+
+    def reconnect(self, now: int):
+        self._announce(MEMBER, now)
+
+    def _announce(self, status, now):
+        """Our new status, pushed to every member we believe up."""
+        self.freshness += 1
+        self.status = status
+        self.members.upsert(self.self_entry())
+        entries = [self.members.get(self.id)]
+        for m in self.targets(now):
+            self.send_members(m.addr, entries, wire.F_PUSH)

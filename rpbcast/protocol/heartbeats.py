@@ -1,0 +1,100 @@
+"""Heartbeats (thesis §5.1): how members learn that messages exist.
+
+* The idle heartbeat: when a sender falls silent, one multicast HEARTBEAT
+  with its latest seq (the data plane sends it; this part decides when).
+* The heartbeat signature every gossip carries (the data plane's hash of
+  the idle streams' latest seqs): when a gossiper's differs from ours we
+  answer with our idle list (HBLIST, flag REPLY), and it pushes back the
+  entries we lack (flag PUSH).
+* HBLIST with flag VECTOR: a sponsor's vector of every stream's latest seq,
+  a joiner's t_join (§5.3, rpbcast.protocol.group).
+"""
+from __future__ import annotations
+
+from rpbcast.core import wire
+from rpbcast.protocol.membership import PENDING_JOIN
+from rpbcast.protocol.trace_events import EV_HEARTBEAT
+
+T = wire.MsgType
+NS = 1_000_000_000
+NEVER = 1 << 62
+
+# HBLIST kinds: the idle list the heartbeat signature covers, or (flag
+# VECTOR) a sponsor's vector of every stream's latest seq (t_join).
+HB_IDLE = 0
+HB_VECTOR = wire.F_VECTOR
+
+
+def send_hblist(emit, mtu, dest, entries, flags, kind):
+    """[(sender, inc, seq)] as HBLIST messages of kind HB_IDLE or HB_VECTOR,
+    as many as it takes (one, empty, for no entries)."""
+    per = (mtu - wire.DG_HDR - wire.MSG_HDR) // 16
+    flags |= kind
+    if not entries:
+        emit(dest, T.HBLIST, b"", flags)
+        return
+    for k in range(0, len(entries), per):
+        emit(dest, T.HBLIST, wire.hb_entries(entries[k:k + per]), flags)
+
+
+class Heartbeats:
+    def __init__(self, engine):
+        cfg = engine.cfg
+        self.e = engine
+        self.node = engine.node
+        self.id = engine.id
+        self.inc = engine.inc
+        self.emit = engine.emit
+        self._mtu = cfg.mtu
+        self._idle_ns = int(round(cfg.idle_after * NS))
+        self.idle_announced = -1          # next_seq value the idle heartbeat covered
+
+    def handlers(self):
+        return {T.HBLIST: self.on_hblist}
+
+    # ------------------------------------------------------------------ idle heartbeat
+    def get_timer(self):
+        node = self.node
+        nxt = node.next_seq
+        if nxt and self.idle_announced != nxt:
+            return node.last_publish + self._idle_ns
+        return NEVER
+
+    def on_timer(self, now):
+        # one multicast when the sender falls silent (§5.1)
+        node = self.node
+        if (node.next_seq and self.idle_announced != node.next_seq
+                and now - node.last_publish >= self._idle_ns):
+            node.send_heartbeat(True)
+            self.idle_announced = node.next_seq
+            node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, node.next_seq - 1, 0, 0, 0)
+
+    # ------------------------------------------------------------------ HBLIST
+    def send_list(self, dest, entries, flags, kind):
+        send_hblist(self.emit, self._mtu, dest, entries, flags, kind)
+
+    def reply_idle_list(self, dest):
+        """A gossiper's heartbeat signature differs from ours: our idle list."""
+        self.send_list(dest, self.node.idle_entries(), wire.F_REPLY, HB_IDLE)
+
+    def on_hblist(self, msg, now):
+        type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
+        entries = wire.read_hb_entries(body)
+        node = self.node
+        group = self.e.group
+        vector = bool(flags & wire.F_VECTOR)
+        if vector and group.status == PENDING_JOIN and not group.t_join_taken:
+            group.take_t_join(entries)
+        else:
+            for s, i, q in entries:
+                if s == self.id and i == self.inc:
+                    continue
+                slot = node.peer(s, i, 0)
+                node.heartbeat(slot, q, not vector, now)
+        if flags & wire.F_REPLY and not vector:
+            theirs = {(s, i): q for s, i, q in entries}
+            push = [e for e in node.idle_entries() if theirs.get((e[0], e[1]), -1) < e[2]]
+            if push:
+                self.send_list(src, push, wire.F_PUSH, HB_IDLE)
+        # as after a received batch: the list may show gaps to pull at once
+        self.e._after_rx(now)

@@ -1,0 +1,243 @@
+"""The sender's send buffer: what a published message waits for before it may
+leave (and what publish() blocks on when the buffer is full).
+
+``LoggerAcks`` is the sender's side of logging (thesis §3.1): which of our
+messages each logger holds -- LOGACK, or a logger's frontiers in its gossip
+(§5.2: senders derive ACKs from them) -- and, after logger_retx_timeout
+without progress, resending to the loggers what none acknowledged.
+
+A release strategy, chosen once from Config.flow_control, decides when
+messages leave:
+
+* ``HoldForLoggers`` ("loggers"): once ack_loggers loggers hold them.
+  Without loggers nothing is held: messages live as long as the gossip
+  buffer keeps them;
+* ``HoldForReceivers`` ("receivers"): also once every live receiver
+  reported it has them (receivers report every flow_report_interval; one
+  silent for flow_timeout stops counting), so a sender never runs further
+  ahead of its slowest receiver than its store holds;
+* ``NoHold``: nothing is ever held (pbcast, SRM: the gossip buffer is the
+  only buffer).
+"""
+from __future__ import annotations
+
+from rpbcast.core import wire
+from rpbcast.protocol.membership import MEMBER, PENDING_LEAVE
+
+T = wire.MsgType
+NS = 1_000_000_000
+NEVER = 1 << 62
+
+
+def _ns(seconds: float) -> int:
+    return int(round(seconds * NS))
+
+
+class LoggerAcks:
+    """Our own messages as the loggers acknowledge them."""
+
+    def __init__(self, engine, now):
+        cfg = engine.cfg
+        self.node = engine.node
+        self.members = engine.members
+        self.id = engine.id
+        self.inc = engine.inc
+        self.acks = {}                # logger id -> own frontier it holds
+        self.progress_t = now         # when the resend clock last started
+        self.release = None           # the strategy's release(now), set by the engine
+        self._ack_loggers = cfg.ack_loggers
+        self._retx_ns = _ns(cfg.logger_retx_timeout)
+        self._loggers_v = -1
+        self._have_loggers = False
+
+    def handlers(self):
+        return {T.LOGACK: self.on_logack}
+
+    def have_loggers(self):
+        # cached per member-table version: get_timer asks after every event
+        v = self.members.version
+        if v != self._loggers_v:
+            self._loggers_v = v
+            self._have_loggers = bool(self.members.loggers())
+        return self._have_loggers
+
+    def on_publish(self, now):
+        # The logger-resend clock starts with the first unacknowledged
+        # message, not at the last timer tick: a sender idle for longer than
+        # logger_retx_timeout must not resend its next message at once.
+        node = self.node
+        if node.acked >= node.next_seq:
+            self.progress_t = now
+
+    def on_logack(self, msg, now):
+        type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
+        if sender == self.id and inc == self.inc:
+            self.on_ack(source, seq, now)
+
+    def on_frontiers(self, logger_id, entries, now):
+        """A logger's gossip frontiers [(sender, inc, frontier)]: ours is an ACK."""
+        for s, i, frontier in entries:
+            if s == self.id and i == self.inc:
+                self.on_ack(logger_id, frontier, now)
+
+    def on_ack(self, logger_id, frontier, now):
+        if frontier <= self.acks.get(logger_id, 0):
+            return
+        self.acks[logger_id] = frontier
+        self.release(now)
+
+    def frontier(self):
+        """Own seqs below this are held by ack_loggers loggers (0: not yet)."""
+        vals = sorted(self.acks.values(), reverse=True)
+        k = self._ack_loggers
+        return vals[k - 1] if len(vals) >= k else 0
+
+    def get_timer(self):
+        node = self.node
+        if node.acked < node.next_seq and self.have_loggers():
+            return self.progress_t + self._retx_ns
+        return NEVER
+
+    def on_timer(self, now):
+        # resend to a logger what no logger acknowledged (§3.1); the clock
+        # for that starts when everything was last acknowledged
+        node = self.node
+        if node.acked >= node.next_seq:
+            self.progress_t = now
+        if (node.acked < node.next_seq and self.have_loggers()
+                and now - self.progress_t >= self._retx_ns):
+            self.resend(now)
+
+    def resend(self, now):
+        node = self.node
+        lo, hi = node.acked, node.next_seq - 1
+        hi = min(hi, lo + 4095)
+        for lg in self.members.loggers():
+            if self.acks.get(lg.node_id, 0) <= hi:
+                node.serve(self.id, self.inc, [(max(lo, self.acks.get(lg.node_id, 0)), hi)],
+                           lg.addr, False, now, False)
+        self.progress_t = now
+
+
+class NoHold:
+    """Nothing is held: the gossip buffer is the only buffer."""
+
+    next_report = NEVER        # receivers' reports (HoldForReceivers only)
+
+    def __init__(self, engine):
+        self.node = engine.node
+
+    def update_hold(self):
+        self.node.hold_send = False
+
+    def release(self, now):
+        pass
+
+    def on_receiver_report(self, source, source_inc, entries, now):
+        pass
+
+
+class HoldForLoggers(NoHold):
+    """Held until ack_loggers loggers hold it (§3.1)."""
+
+    def __init__(self, engine, acks: LoggerAcks):
+        super().__init__(engine)
+        self.members = engine.members
+        self.acks = acks
+        acks.release = self.release
+
+    def update_hold(self):
+        # Without loggers nothing acknowledges; the send buffer then lives
+        # only as long as the gossip buffer keeps it.
+        self.node.hold_send = bool(self.members.loggers())
+
+    def release(self, now):
+        node = self.node
+        eff = self.acks.frontier()
+        if eff > node.acked:
+            node.logger_ack(eff)
+            self.acks.progress_t = now
+
+
+class HoldForReceivers(HoldForLoggers):
+    """Held until every live receiver (and ack_loggers loggers) has it."""
+
+    def __init__(self, engine, acks: LoggerAcks, now):
+        super().__init__(engine, acks)
+        cfg = engine.cfg
+        self.e = engine
+        self.id = engine.id
+        self.inc = engine.inc
+        self.is_logger = engine.is_logger
+        self.reports = {}               # receiver id -> (its inc, our frontier it reported)
+        self._sent = {}                 # slot -> (frontier we reported, when)
+        self._report_ns = _ns(cfg.flow_report_interval)
+        self._timeout_ns = _ns(cfg.flow_timeout)
+        self.next_report = now + self._report_ns
+
+    def update_hold(self):
+        self.node.hold_send = True
+
+    def get_timer(self):
+        return self.next_report
+
+    def on_timer(self, now):
+        if now >= self.next_report:
+            self._report(now)
+            self.next_report = now + self._report_ns
+
+    def _report(self, now):
+        """Report our receive frontier to each sender whose stream moved (and
+        again now and then, in case a report was lost); as a sender,
+        re-evaluate what may leave the send buffer (a receiver that fell
+        silent stops counting)."""
+        node = self.node
+        # (a logger is not a receiver senders wait for)
+        if not self.is_logger and self.e.group.status in (MEMBER, PENDING_LEAVE):
+            every = 16 * self._report_ns
+            send_gossip = self.e.repair.send_gossip
+            for slot, pid, pinc in node.peer_ids():
+                m = self.members.get(pid)
+                if m is None or pid == self.id or m.status not in (MEMBER, PENDING_LEAVE):
+                    continue
+                f = node.peer_contiguous(slot)
+                last = self._sent.get(slot)
+                if last is not None and last[0] == f and now - last[1] < every:
+                    continue
+                self._sent[slot] = (f, now)
+                send_gossip(m, [wire.lastseen_section([(pid, pinc, f)])], now)
+        self.release(now)
+
+    def on_receiver_report(self, source, source_inc, entries, now):
+        for s, i, frontier in entries:
+            if s == self.id and i == self.inc:
+                old = self.reports.get(source)
+                if old is None or old[0] != source_inc or frontier > old[1]:
+                    # a restarted receiver's new incarnation starts over
+                    self.reports[source] = (source_inc, frontier)
+                    self.release(now)
+
+    def release(self, now):
+        """Release the send buffer below the least frontier reported by the
+        receivers heard from within flow_timeout (and, with loggers, below
+        what ack_loggers loggers hold)."""
+        node = self.node
+        if not node.next_seq or node.acked >= node.next_seq:
+            return
+        live = [m for m in self.members.active(now, self._timeout_ns)
+                if not m.is_logger and m.last_heard]
+        eff = node.next_seq
+        for m in live:
+            eff = min(eff, self.reports.get(m.node_id, (0, 0))[1])
+        if self.members.loggers():
+            eff = min(eff, self.acks.frontier())
+        if eff > node.acked:
+            node.logger_ack(eff)
+            self.acks.progress_t = now
+
+
+def for_config(engine, acks: LoggerAcks, now):
+    """The release strategy Config.flow_control names."""
+    if engine.cfg.flow_control == "receivers":
+        return HoldForReceivers(engine, acks, now)
+    return HoldForLoggers(engine, acks)
