@@ -229,8 +229,9 @@ class Repair:
         hb, mem, ts, secs = wire.read_gossip(body)
         node = self.node
         node.trace_event(now, EV_GOSSIP_IN, 0, 0, seq, len(body), source, 0)
-        # (MISSING sections come first in every gossip: served first.)
-        gc_secs = self.serving.serve_missing(secs, src, now, False)
+        # MISSING sections come first in every gossip: served first, in one
+        # call into the data plane (REPAIRs, then the GcNOTEs).
+        served = self.serving.serve_missing(memoryview(body)[wire.GOSSIP_FIXED:], src, now, False)
         for kind, _, data in secs:
             if kind == MISSING:
                 continue
@@ -239,10 +240,10 @@ class Repair:
             else:
                 for on_section in self._on_section:
                     on_section(source, kind, data, now)
-        for s, i, gc in gc_secs:
-            self.serving.send_gcnote(src, s, i, gc)
-            node.trace_event(now, EV_GCNOTE, s, i, int(gc[0][0]), sum(int(b) - int(a) + 1 for a, b in gc),
-                             source, 0)
+        for sec in served:
+            if sec.gcnote_ids:
+                node.trace_event(now, EV_GCNOTE, sec.sender, sec.inc, sec.gcnote_first, sec.gcnote_ids,
+                                 source, 0)
         if hb != node.hb_signature:
             self.heartbeats.reply_idle_list(src)
         if mem != self.members.signature:

@@ -21,6 +21,7 @@ import numpy as np
 
 from rpbcast.core import wire
 from rpbcast.core.digest import DigestError, decode as digest_decode, encode as digest_encode
+from rpbcast.core.node import SERVE_FROM_LOGGER, SERVE_GCNOTE, SERVE_GCNOTE_AT_ONCE
 
 T = wire.MsgType
 MISSING = wire.Section.MISSING
@@ -53,59 +54,52 @@ class Serving:
         self.hooks = engine.hooks
         self.emit = engine.emit
         self._note_budget = engine.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - 12
+        self.malformed = 0          # requests whose MISSING sections did not parse
 
     def handlers(self):
         return {T.RTX: self.on_rtx, T.GAPNOTE: self.on_gapnote}
 
-    def serve_missing(self, sections, src, now, logger_phase):
-        """Serve the MISSING sections of a request from address src:
-        ``sections`` are a GOSSIP's or RTX's [(kind, flags, data)] (other
-        kinds are skipped).
+    def serve_missing(self, body, src, now, logger_phase):
+        """Serve the MISSING sections of a request from address src, in one
+        call into the data plane: ``body`` is a GOSSIP's sections (after its
+        fixed part) or an RTX body.  Returns the ServedSections (sender, inc,
+        intervals asked, ids GcNOTEd ...), [] if the sections' framing is
+        malformed (nothing is served then, and nothing raises: a peer's
+        message never aborts the control plane).
 
         Gossip phase (GOSSIP): every stream is served from what we hold; ids
-        we collected are returned as [(sender, inc, intervals)] for GcNOTEs
-        the caller sends once it has handled the rest of the message.
-        Logger phase (RTX): own ids no longer held were acknowledged by a
-        logger (the send buffer keeps them until then), which a GcNOTE says
-        at once; other streams come from the log where we keep one.
-
-        A member with a log (hooks.serves_from_log) serves from it and never
-        answers with GcNOTE; the extensions' on_request then answer for what
-        could not be served."""
-        node = self.node
-        from_log = self.hooks.serves_from_log
+        we collected get a GcNOTE (§4.3), queued after the REPAIRs.  Logger
+        phase (RTX): own ids no longer held were acknowledged by a logger
+        (the send buffer keeps them until then), which a GcNOTE says at once;
+        other streams come from the log where we keep one.  A member with a
+        log (hooks.serves_from_log) serves from it and never answers with a
+        GcNOTE; the extensions' on_request then answer for what could not be
+        served (a logger: GAPNOTE)."""
+        from_log = SERVE_FROM_LOGGER if self.hooks.serves_from_log else 0
+        if logger_phase:
+            how, own = from_log, SERVE_GCNOTE | SERVE_GCNOTE_AT_ONCE
+        else:
+            how = from_log or SERVE_GCNOTE
+            own = how
+        try:
+            served = self.node.serve_missing(body, src, how, now, own)
+        except wire.WireError:
+            self.malformed += 1
+            return []
         requests = self.hooks.on_request
-        gc_secs = []
-        for kind, _, data in sections:
-            if kind != MISSING:
-                continue
-            s, i, d = wire.read_missing(data)
-            try:
-                iv, _, _, _ = digest_decode(d)
-            except DigestError:
-                continue
-            if not logger_phase:
-                served, gc = node.serve(s, i, iv, src, from_log, now, not from_log)
-                if gc:
-                    gc_secs.append((s, i, gc))
-            elif s == self.id and i == self.inc:
-                served, gc = node.serve(s, i, iv, src, False, now, True)
-                if gc:
-                    self.send_gcnote(src, s, i, gc)
-                continue
-            else:
-                node.serve(s, i, iv, src, from_log, now, False)
-            for answer in requests:
-                answer(s, i, iv, src, now)
-        return gc_secs
+        if requests:
+            me = (self.id, self.inc)
+            for sec in served:
+                if logger_phase and (sec.sender, sec.inc) == me:
+                    continue
+                for answer in requests:
+                    answer(sec.sender, sec.inc, sec.intervals, src, now)
+        return served
 
     def on_rtx(self, msg, now):
-        self.serve_missing(wire.sections(msg[6]), msg[9], now, True)
+        self.serve_missing(msg[6], msg[9], now, True)
 
     # ------------------------------------------------------------------ notes
-    def send_gcnote(self, dest, sender, inc, intervals):
-        self._send_note(dest, T.GCNOTE, sender, inc, intervals, 0)
-
     def send_gapnote(self, dest, sender, inc, intervals, lost=True):
         self._send_note(dest, T.GAPNOTE, sender, inc, intervals, wire.F_LOST if lost else 0)
 
