@@ -1,15 +1,5 @@
 #include "digest.h"
 
-const char *rp_digest_error_name(long code) {
-    switch (code) {
-    case RP_DIG_TRUNCATED: return "truncated";
-    case RP_DIG_BAD_VARINT: return "bad varint";
-    case RP_DIG_BAD_RANGE: return "interval outside its window or overflowing";
-    case RP_DIG_TOO_MANY: return "more intervals than allowed";
-    default: return NULL;
-    }
-}
-
 size_t rp_varint_put(uint8_t *p, uint64_t v) {
     size_t k = 0;
     while (v >= 0x80) {
@@ -173,4 +163,14 @@ long rp_digest_decode(const uint8_t *buf, size_t len, rp_ival_t *out, size_t max
 
 long rp_digest_check(const uint8_t *buf, size_t len, size_t *n_out) {
     return decode(buf, len, NULL, 0, n_out, NULL, NULL);
+}
+
+const char *rp_digest_error_name(long code) {
+    switch (code) {
+    case RP_DIG_TRUNCATED: return "truncated";
+    case RP_DIG_BAD_VARINT: return "bad varint";
+    case RP_DIG_BAD_RANGE: return "interval outside its window or overflowing";
+    case RP_DIG_TOO_MANY: return "more intervals than allowed";
+    default: return NULL;
+    }
 }

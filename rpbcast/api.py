@@ -21,7 +21,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from rpbcast.drivers import netaddr
+from rpbcast import netaddr
 from rpbcast.config import Config, ConfigError, MemberSpec
 from rpbcast.core.node import NOLABEL
 from rpbcast.protocol.engine import Engine

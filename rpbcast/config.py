@@ -184,7 +184,7 @@ class Config:
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
         need(0.0 <= self.drop_rate < 1.0, f"drop_rate must be in [0, 1), got {self.drop_rate}")
-        from rpbcast.drivers import netaddr
+        from rpbcast import netaddr
         try:
             gip, gport = netaddr.parse_hostport(self.group_addr, "group_addr")
             netaddr.parse_hostport(self.bind, "bind")

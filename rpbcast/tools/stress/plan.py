@@ -35,7 +35,7 @@ class Plan:
                 for i in self.senders + self.receivers + self.loggers]
 
     def addr_to_node(self):
-        from rpbcast.drivers import netaddr
+        from rpbcast import netaddr
         return {netaddr.addr_of(a): i for i, a in self.addrs.items()}
 
 

@@ -1,4 +1,5 @@
-"""IPv4 addresses and interfaces for the UDP transport.
+"""Host addresses and interfaces: parsing what a configuration names, and the
+integer form the engine and the UDP driver use.
 
 The engine sees an address as one integer: IPv4 address << 16 | port.  This
 module converts to and from "a.b.c.d:port" and looks interfaces up, with
