@@ -1563,6 +1563,7 @@ static int open_tail(rp_log_t *l, int fresh) {
 int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
     memset(l, 0, sizeof(*l));
     l->fd = -1;
+    l->owner = (int)getpid();
     l->seg_limit = seg_limit ? seg_limit : (64u << 20);
     if (l->seg_limit < RP_LOG_SEG_HDR + 2 * RP_LOG_HDR + 16)
         l->seg_limit = RP_LOG_SEG_HDR + 2 * RP_LOG_HDR + 16;
@@ -1595,8 +1596,18 @@ int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
     return RP_OK;
 }
 
+/* A copy inherited by a forked child (a test's or a tool's worker) must
+ * not write the parent's buffer into the parent's files, and has no sync
+ * thread: waiting for it, or destroying a condition it waits on, would
+ * hang the child forever.  It only closes its descriptors and frees. */
+static int forked_copy(const rp_log_t *l) {
+    return l->owner && l->owner != (int)getpid();
+}
+
 static void release(rp_log_t *l) {
-    syncer_stop(l);
+    int forked = forked_copy(l);
+    if (!forked)
+        syncer_stop(l);
     if (l->fd >= 0)
         close(l->fd);
     for (uint32_t i = 0; i < l->nsegs; i++)
@@ -1612,13 +1623,19 @@ static void release(rp_log_t *l) {
     free(l->dir);
     if (l->sindex.b)
         rp_hmap_free(&l->sindex);
-    pthread_mutex_destroy(&l->smu);
-    pthread_cond_destroy(&l->scv);
+    if (!forked) {
+        pthread_mutex_destroy(&l->smu);
+        pthread_cond_destroy(&l->scv);
+    }
     memset(l, 0, sizeof(*l));
     l->fd = -1;
 }
 
 void rp_log_close(rp_log_t *l) {
+    if (forked_copy(l)) {
+        rp_log_abandon(l);
+        return;
+    }
     if (l->fd >= 0)
         rp_log_sync(l);
     release(l);

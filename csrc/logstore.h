@@ -180,6 +180,7 @@ typedef struct {
     pthread_cond_t scv;
     pthread_t syncer;
     int syncer_on, sync_stop, sync_busy, sync_err;
+    int owner;                  /* pid that opened the log: a forked child's copy only lets go */
     uint64_t sync_want, sync_done;          /* epochs */
     uint64_t sync_want_appended;
     uint64_t sync_seg, sync_off;            /* what the last completed sync covers */

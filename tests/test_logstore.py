@@ -11,6 +11,7 @@ import glob
 import logging
 import os
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -431,3 +432,41 @@ def test_log_matches_a_dict_model_across_reopens(tmp_path_factory, ops):
                 assert [qq for qq, _, _ in log.read_range(ss, 1, 0, 400)] == want
     finally:
         log.close()
+
+
+def test_a_forked_childs_copy_neither_hangs_nor_writes(tmp_path):
+    """A process forked while a log is open (a worker pool) inherits the
+    log but not its sync thread: letting go of the copy must not wait for
+    that thread (the full suite hung there) nor write the parent's
+    buffered records into the parent's files."""
+    d = tmp_path / "log"
+    log = LogStore(d)
+    for q in range(10):
+        log.append(1, 1, q, payload(1, q))
+    log.wait_synced(log.sync_start())           # the sync thread exists
+    for q in range(10, 20):
+        log.append(1, 1, q, payload(1, q))      # buffered, not yet written
+    pid = os.fork()
+    if pid == 0:
+        try:
+            log.close()
+            del_ok = 0
+        except BaseException:
+            del_ok = 1
+        os._exit(del_ok)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung letting go of the log")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status) == 0
+    log.close()
+    with LogStore(d) as again:
+        r = again.recovery()
+        assert r["records"] == 20 and r["damaged_records"] == 0
+        assert [again.read(1, 1, q)[0] for q in range(20)] == [payload(1, q) for q in range(20)]
