@@ -221,6 +221,18 @@ size_t rp_catchup_drain(rp_node_t *n, int64_t now) {
     if (!cu || !cu->queued || !n->log)
         return 0;
     size_t total = 0, budget = cu->per_call;
+    /* the node's repair rate (Config.repair_rate) bounds the logger's
+     * serving in all, catch-up included: what it holds back waits queued */
+    rp_tbucket_t *g = &n->repair_rate;
+    if (g->rate > 0) {
+        rp_tb_refill(g, now);
+        size_t room = g->tokens > 0 ? (size_t)g->tokens : 0;
+        if (room < budget) {
+            uint64_t held = (cu->queued < budget ? cu->queued : budget) - (room < cu->queued ? room : cu->queued);
+            n->c[RP_C_SERVE_LIMITED] += held;
+            budget = room;
+        }
+    }
     for (uint32_t k = 0; k < cu->nr && total < budget; k++) {
         rp_cureq_t *r = &cu->r[(cu->turn + k) % cu->nr];
         if (!req_pending(r))
@@ -245,6 +257,8 @@ size_t rp_catchup_drain(rp_node_t *n, int64_t now) {
             break;
     }
     cu->turn++;
+    if (g->rate > 0)
+        g->tokens -= (double)total;
     n->c[RP_C_SERVED] += total;
     n->c[RP_C_SERVED_FROM_LOG] += total;
     return total;
