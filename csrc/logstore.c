@@ -11,7 +11,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-/* ---- CRC32C (Castagnoli), slicing-by-8 --------------------------------- */
+#define NOLABEL UINT64_MAX       /* RP_SRB_NOLABEL: the message has no label */
+
+/* ---- CRC32C (Castagnoli) ------------------------------------------------ */
 
 static uint32_t crc_tab[8][256];
 static int crc_ready;
@@ -32,13 +34,59 @@ static void crc_init(void) {
 static uint32_t crc32c_table(uint32_t crc, const void *data, size_t len);
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* The SSE4.2 crc32 instruction computes CRC32C: ~8 bytes per instruction.
- * Compiled for that target only here, and used only when the CPU has it, so
- * the build stays portable. */
+/* The SSE4.2 crc32 instruction computes CRC32C, 8 bytes per instruction
+ * but with a latency of three: one chain runs at a third of the unit's
+ * speed.  Long buffers (a run's body) go as three interleaved lanes of
+ * LANE bytes, combined by shifting the first two over the bytes after
+ * them (a table per shift).  Compiled for that target only here, and used
+ * only when the CPU has it, so the build stays portable. */
+#define LANE 256
+static uint32_t shift_tab[2][4][256];   /* [0]: over LANE bytes, [1]: over 2 x LANE */
+static int shift_ready;
+
+/* The raw CRC register v advanced over n zero bytes. */
+static uint32_t zeros(uint32_t v, size_t n) {
+    while (n--)
+        v = (v >> 8) ^ crc_tab[0][v & 0xff];
+    return v;
+}
+
+static void shift_init(void) {
+    if (!crc_ready)
+        crc_init();
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 4; k++)
+            for (uint32_t b = 0; b < 256; b++)
+                shift_tab[s][k][b] = zeros(b << (8 * k), (size_t)LANE * (s + 1));
+    shift_ready = 1;
+}
+
+static inline uint32_t shift(int s, uint32_t v) {
+    return shift_tab[s][0][v & 0xff] ^ shift_tab[s][1][(v >> 8) & 0xff] ^
+           shift_tab[s][2][(v >> 16) & 0xff] ^ shift_tab[s][3][v >> 24];
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t crc32c_hw(uint32_t crc, const void *data, size_t len) {
     const uint8_t *p = (const uint8_t *)data;
     uint64_t c = ~crc;
+    if (len >= 3 * LANE && shift_ready) {
+        while (len >= 3 * LANE) {
+            uint64_t c1 = 0, c2 = 0;
+            for (size_t i = 0; i < LANE; i += 8) {
+                uint64_t a, b, d;
+                memcpy(&a, p + i, 8);
+                memcpy(&b, p + LANE + i, 8);
+                memcpy(&d, p + 2 * LANE + i, 8);
+                c = __builtin_ia32_crc32di(c, a);
+                c1 = __builtin_ia32_crc32di(c1, b);
+                c2 = __builtin_ia32_crc32di(c2, d);
+            }
+            c = shift(1, (uint32_t)c) ^ shift(0, (uint32_t)c1) ^ (uint32_t)c2;
+            p += 3 * LANE;
+            len -= 3 * LANE;
+        }
+    }
     while (len >= 8) {
         uint64_t v;
         memcpy(&v, p, 8);
@@ -55,8 +103,10 @@ static uint32_t crc32c_hw(uint32_t crc, const void *data, size_t len) {
 static int hw_crc = -1;
 
 uint32_t rp_crc32c(uint32_t crc, const void *data, size_t len) {
-    if (hw_crc < 0) {
+    if (RP_UNLIKELY(hw_crc < 0)) {
         __builtin_cpu_init();
+        if (__builtin_cpu_supports("sse4.2"))
+            shift_init();
         hw_crc = __builtin_cpu_supports("sse4.2") ? 1 : 0;
     }
     return hw_crc ? crc32c_hw(crc, data, len) : crc32c_table(crc, data, len);
@@ -89,99 +139,215 @@ static uint32_t crc32c_table(uint32_t crc, const void *data, size_t len) {
     return ~crc;
 }
 
-/* ---- helpers ----------------------------------------------------------- */
+/* ---- positions and record fields --------------------------------------- */
 
 #define POS(seg, off) (((uint64_t)(seg) << 40) | (uint64_t)(off))
 #define POS_SEG(p) ((p) >> 40)
 #define POS_OFF(p) ((p) & (((uint64_t)1 << 40) - 1))
 
-/* ---- per-stream index ------------------------------------------------- */
+/* A record's fields, decoded from its header (or trailer). */
+typedef struct {
+    uint32_t reclen, count, sender, inc, bcrc;
+    uint64_t seq;
+} rec_t;
 
-static uint64_t lp_get(const rp_lpidx_t *x, uint64_t seq) {
-    uint64_t pg = seq >> RP_LPAGE_BITS;
-    if (pg < x->first_page || pg - x->first_page >= x->npages)
+/* Decode a header or trailer with this magic: 1 if its CRC checks and its
+ * fields are possible (a length that holds count entries, seqs that do not
+ * wrap). */
+static int hdr_check(const uint8_t *h, uint32_t magic, rec_t *r) {
+    if (rp_ld32(h) != magic || rp_crc32c(0, h + 8, RP_LOG_HDR - 8) != rp_ld32(h + 4))
         return 0;
-    const uint64_t *p = x->pages[pg - x->first_page];
-    return p ? p[seq & (RP_LPAGE - 1)] : 0;
+    r->reclen = rp_ld32(h + 8);
+    r->count = rp_ld32(h + 12);
+    r->sender = rp_ld32(h + 16);
+    r->inc = rp_ld32(h + 20);
+    r->seq = rp_ld64(h + 24);
+    r->bcrc = rp_ld32(h + 32);
+    uint64_t body = (uint64_t)r->reclen - RP_LOG_HDR - RP_LOG_TRL;
+    return r->reclen >= RP_LOG_HDR + 4 + RP_LOG_TRL && r->reclen <= RP_LOG_MAX_RECORD &&
+           r->count >= 1 && (uint64_t)r->count * 4 <= body && r->seq + r->count - 1 >= r->seq;
 }
 
-/* Set seq's entry (v = position + 1, or 0 to clear).  Returns 0 or RP_ENOMEM. */
-static int lp_set(rp_lpidx_t *x, uint64_t seq, uint64_t v) {
-    uint64_t pg = seq >> RP_LPAGE_BITS;
-    if (!x->npages) {
-        if (!v)
-            return RP_OK;
-        x->first_page = pg;
+/* The body of a record checks: its CRC, and exactly `count` entries fill it. */
+static int body_check(const uint8_t *rec, const rec_t *r) {
+    const uint8_t *b = rec + RP_LOG_HDR;
+    size_t blen = r->reclen - RP_LOG_HDR - RP_LOG_TRL, off = 0;
+    if (rp_crc32c(0, b, blen) != r->bcrc)
+        return 0;
+    for (uint32_t i = 0; i < r->count; i++) {
+        if (off + 4 > blen)
+            return 0;
+        uint32_t w = rp_ld32(b + off);
+        size_t e = 4 + ((w & RP_LOG_E_LABEL) ? 8 : 0) + (w & ~RP_LOG_E_LABEL);
+        if ((w & ~RP_LOG_E_LABEL) > RP_LOG_MAX_PAYLOAD || off + e > blen)
+            return 0;
+        off += e;
     }
-    if (pg < x->first_page) {
-        if (!v)
-            return RP_OK;
-        /* grow downwards */
-        uint64_t add = x->first_page - pg, n = x->npages + add;
-        uint64_t **np = (uint64_t **)calloc(n, sizeof(uint64_t *));
-        uint32_t *nf = (uint32_t *)calloc(n, sizeof(uint32_t));
-        if (!np || !nf) {
-            free(np);
-            free(nf);
-            return RP_ENOMEM;
-        }
-        if (x->npages) {
-            memcpy(np + add, x->pages, x->npages * sizeof(uint64_t *));
-            memcpy(nf + add, x->fill, x->npages * sizeof(uint32_t));
-        }
-        free(x->pages);
-        free(x->fill);
-        x->pages = np;
-        x->fill = nf;
-        x->npages = n;
-        x->first_page = pg;
-    } else if (pg - x->first_page >= x->npages) {
-        if (!v)
-            return RP_OK;
-        uint64_t n = pg - x->first_page + 1;
-        uint64_t cap = x->npages ? x->npages : 1;
-        while (cap < n)
-            cap *= 2;
-        uint64_t **np = (uint64_t **)realloc(x->pages, cap * sizeof(uint64_t *));
-        if (!np)
-            return RP_ENOMEM;
-        x->pages = np;
-        uint32_t *nf = (uint32_t *)realloc(x->fill, cap * sizeof(uint32_t));
-        if (!nf)
-            return RP_ENOMEM;
-        x->fill = nf;
-        memset(x->pages + x->npages, 0, (cap - x->npages) * sizeof(uint64_t *));
-        memset(x->fill + x->npages, 0, (cap - x->npages) * sizeof(uint32_t));
-        x->npages = cap;
+    return off == blen;
+}
+
+/* One body entry at e: its payload, length and label; returns its size. */
+static inline size_t entry_at(const uint8_t *e, const uint8_t **payload, uint32_t *plen, uint64_t *label) {
+    uint32_t w = rp_ld32(e);
+    size_t h = 4;
+    *label = NOLABEL;
+    if (w & RP_LOG_E_LABEL) {
+        *label = rp_ld64(e + 4);
+        h = 12;
     }
-    uint64_t k = pg - x->first_page;
-    if (!x->pages[k]) {
-        if (!v)
-            return RP_OK;
-        x->pages[k] = (uint64_t *)calloc(RP_LPAGE, sizeof(uint64_t));
-        if (!x->pages[k])
-            return RP_ENOMEM;
+    *plen = w & ~RP_LOG_E_LABEL;
+    *payload = e + h;
+    return h + *plen;
+}
+
+/* ---- a stream's run index ---------------------------------------------- */
+
+static inline uint64_t run_last(const rp_lrun_t *r) { return r->first + r->count - 1; }
+
+/* Index of the first run in a[lo, hi) whose last seq is >= seq (hi if none). */
+static size_t first_ending_at_or_after(const rp_lrun_t *a, size_t lo, size_t hi, uint64_t seq) {
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (run_last(&a[mid]) < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    uint64_t *e = &x->pages[k][seq & (RP_LPAGE - 1)];
-    if (!*e && v)
-        x->fill[k]++;
-    else if (*e && !v)
-        x->fill[k]--;
-    *e = v;
-    if (!x->fill[k]) {          /* an empty page goes back */
-        free(x->pages[k]);
-        x->pages[k] = NULL;
+    return lo;
+}
+
+/* The run containing seq, or the first one after it; NULL if none. */
+static rp_lrun_t *ridx_next(const rp_lridx_t *x, uint64_t seq) {
+    rp_lrun_t *m = NULL, *s = NULL;
+    size_t i = first_ending_at_or_after(x->main, x->head, x->n, seq);
+    if (i < x->n)
+        m = &x->main[i];
+    size_t j = first_ending_at_or_after(x->side, 0, x->nside, seq);
+    if (j < x->nside)
+        s = &x->side[j];
+    if (!m)
+        return s;
+    if (!s)
+        return m;
+    return s->first < m->first ? s : m;
+}
+
+static rp_lrun_t *ridx_find(const rp_lridx_t *x, uint64_t seq) {
+    rp_lrun_t *r = ridx_next(x, seq);
+    return r && r->first <= seq ? r : NULL;
+}
+
+/* Merge side into main. */
+static int ridx_merge(rp_lridx_t *x) {
+    size_t nm = x->n - x->head, total = nm + x->nside;
+    rp_lrun_t *a = (rp_lrun_t *)malloc((total ? total : 1) * sizeof(rp_lrun_t));
+    if (!a)
+        return RP_ENOMEM;
+    size_t i = x->head, j = 0, k = 0;
+    while (i < x->n || j < x->nside) {
+        if (j == x->nside || (i < x->n && x->main[i].first < x->side[j].first))
+            a[k++] = x->main[i++];
+        else
+            a[k++] = x->side[j++];
     }
+    free(x->main);
+    x->main = a;
+    x->head = 0;
+    x->n = x->cap = total;
+    x->nside = 0;
     return RP_OK;
 }
 
-static void lp_free(rp_lpidx_t *x) {
-    for (uint64_t k = 0; k < x->npages; k++)
-        free(x->pages[k]);
-    free(x->pages);
-    free(x->fill);
+/* Insert a run that overlaps no other.  Returns its entry or NULL. */
+static rp_lrun_t *ridx_insert(rp_lridx_t *x, uint64_t first, uint32_t count, uint64_t pos) {
+    rp_lrun_t r = {first, pos, count, 0};
+    if (x->n == x->head || run_last(&x->main[x->n - 1]) < first) {
+        if (x->n == x->cap) {
+            if (x->head > x->n / 2) {          /* collected at the front: reuse the room */
+                memmove(x->main, x->main + x->head, (x->n - x->head) * sizeof(rp_lrun_t));
+                x->n -= x->head;
+                x->head = 0;
+            } else {
+                size_t nc = x->cap ? x->cap * 2 : 64;
+                rp_lrun_t *a = (rp_lrun_t *)realloc(x->main, nc * sizeof(rp_lrun_t));
+                if (!a)
+                    return NULL;
+                x->main = a;
+                x->cap = nc;
+            }
+        }
+        x->main[x->n] = r;
+        return &x->main[x->n++];
+    }
+    if (x->nside == x->sidecap) {
+        size_t nc = x->sidecap ? x->sidecap * 2 : 16;
+        rp_lrun_t *a = (rp_lrun_t *)realloc(x->side, nc * sizeof(rp_lrun_t));
+        if (!a)
+            return NULL;
+        x->side = a;
+        x->sidecap = nc;
+    }
+    size_t j = first_ending_at_or_after(x->side, 0, x->nside, first);
+    memmove(x->side + j + 1, x->side + j, (x->nside - j) * sizeof(rp_lrun_t));
+    x->side[j] = r;
+    x->nside++;
+    size_t limit = (x->n - x->head) / 8;
+    if (x->nside > (limit > 256 ? limit : 256)) {
+        if (ridx_merge(x))
+            return NULL;
+        return ridx_find(x, first);
+    }
+    return &x->side[j];
+}
+
+/* Drop what lies below `below`; returns the ids dropped. */
+static uint64_t ridx_trim(rp_lridx_t *x, uint64_t below) {
+    uint64_t dropped = 0;
+    while (x->head < x->n && run_last(&x->main[x->head]) < below)
+        dropped += x->main[x->head++].count;
+    if (x->head < x->n && x->main[x->head].first < below) {
+        rp_lrun_t *r = &x->main[x->head];
+        dropped += below - r->first;
+        r->count -= (uint32_t)(below - r->first);
+        r->first = below;
+    }
+    if (x->head == x->n)
+        x->head = x->n = 0;
+    size_t w = 0;
+    for (size_t j = 0; j < x->nside; j++) {
+        rp_lrun_t r = x->side[j];
+        if (run_last(&r) < below) {
+            dropped += r.count;
+            continue;
+        }
+        if (r.first < below) {
+            dropped += below - r.first;
+            r.count -= (uint32_t)(below - r.first);
+            r.first = below;
+        }
+        x->side[w++] = r;
+    }
+    x->nside = w;
+    return dropped;
+}
+
+static void ridx_free(rp_lridx_t *x) {
+    free(x->main);
+    free(x->side);
     memset(x, 0, sizeof(*x));
 }
+
+/* The lowest first seq indexed (valid when the stream has ids). */
+static uint64_t ridx_min(const rp_lridx_t *x) {
+    uint64_t m = UINT64_MAX;
+    if (x->head < x->n)
+        m = x->main[x->head].first;
+    if (x->nside && x->side[0].first < m)
+        m = x->side[0].first;
+    return m;
+}
+
+/* ---- segments ---------------------------------------------------------- */
 
 static char *seg_path(const rp_log_t *l, uint64_t no) {
     size_t n = strlen(l->dir) + 48;
@@ -203,20 +369,23 @@ static int seg_add(rp_log_t *l, uint64_t no) {
     rp_lseg_t *s = &l->segs[l->nsegs++];
     memset(s, 0, sizeof(*s));
     s->no = no;
+    s->fd = -1;
     return RP_OK;
 }
 
 static void seg_free(rp_lseg_t *s) {
+    if (s->fd >= 0)
+        close(s->fd);
     free(s->sid);
     free(s->maxseq);
     free(s->minseq);
 }
 
-static int seg_note(rp_lseg_t *s, uint32_t sid, uint64_t seq) {
+static int seg_note(rp_lseg_t *s, uint32_t sid, uint64_t lo, uint64_t hi) {
     for (uint32_t i = 0; i < s->nstreams; i++) {
         if (s->sid[i] == sid) {
-            if (seq > s->maxseq[i]) s->maxseq[i] = seq;
-            if (seq < s->minseq[i]) s->minseq[i] = seq;
+            if (hi > s->maxseq[i]) s->maxseq[i] = hi;
+            if (lo < s->minseq[i]) s->minseq[i] = lo;
             return RP_OK;
         }
     }
@@ -234,22 +403,83 @@ static int seg_note(rp_lseg_t *s, uint32_t sid, uint64_t seq) {
         s->scap = nc;
     }
     s->sid[s->nstreams] = sid;
-    s->maxseq[s->nstreams] = seq;
-    s->minseq[s->nstreams] = seq;
+    s->maxseq[s->nstreams] = hi;
+    s->minseq[s->nstreams] = lo;
     s->nstreams++;
     return RP_OK;
 }
 
+static rp_lseg_t *seg_by_no(rp_log_t *l, uint64_t no) {
+    uint32_t lo = 0, hi = l->nsegs;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (l->segs[mid].no < no)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < l->nsegs && l->segs[lo].no == no ? &l->segs[lo] : NULL;
+}
+
+static inline rp_lseg_t *cur_seg(rp_log_t *l) { return &l->segs[l->nsegs - 1]; }
+
+/* A file descriptor to read segment s: the current one's, or one kept open
+ * in the fd cache (the least recently read one is closed for it). */
+static int seg_fd(rp_log_t *l, rp_lseg_t *s) {
+    if (s == cur_seg(l))
+        return l->fd;
+    if (s->fd < 0) {
+        uint32_t open_n = 0, victim = UINT32_MAX;
+        for (uint32_t i = 0; i + 1 < l->nsegs; i++) {
+            if (l->segs[i].fd < 0)
+                continue;
+            open_n++;
+            if (victim == UINT32_MAX || l->segs[i].used < l->segs[victim].used)
+                victim = i;
+        }
+        if (open_n >= RP_LOG_FD_CACHE && victim != UINT32_MAX) {
+            close(l->segs[victim].fd);
+            l->segs[victim].fd = -1;
+        }
+        char *path = seg_path(l, s->no);
+        if (!path)
+            return -1;
+        s->fd = open(path, O_RDONLY | O_CLOEXEC);
+        free(path);
+        if (s->fd < 0)
+            return -1;
+    }
+    s->used = ++l->fd_clock;
+    return s->fd;
+}
+
+static void seg_header(uint8_t *h) {
+    memcpy(h, "rplogseg", 8);
+    rp_st32(h + 8, RP_LOG_VERSION);
+    rp_st32(h + 12, rp_crc32c(0, h, 12));
+}
+
+static int seg_header_ok(const uint8_t *h) {
+    return memcmp(h, "rplogseg", 8) == 0 && rp_ld32(h + 12) == rp_crc32c(0, h, 12);
+}
+
+/* ---- streams ----------------------------------------------------------- */
+
+int64_t rp_log_find_stream(const rp_log_t *l, uint32_t sender, uint32_t inc) {
+    uint64_t *v = rp_hmap_get(&l->sindex, ((uint64_t)sender << 32) | inc, 0);
+    return v ? (int64_t)*v : -1;
+}
+
 int64_t rp_log_stream(rp_log_t *l, uint32_t sender, uint32_t inc) {
-    uint64_t key = ((uint64_t)sender << 32) | inc;
-    uint64_t *v = rp_hmap_get(&l->sindex, key, 0);
-    if (v)
-        return (int64_t)*v;
+    int64_t sid = rp_log_find_stream(l, sender, inc);
+    if (sid >= 0)
+        return sid;
     if (l->nstreams == l->stcap) {
         uint32_t nc = l->stcap ? l->stcap * 2 : 16;
         rp_lstream_t *ns = (rp_lstream_t *)realloc(l->streams, nc * sizeof(rp_lstream_t));
         if (!ns)
             return RP_ENOMEM;
+        /* the open run's entry lives in a stream's own arrays: unaffected */
         l->streams = ns;
         l->stcap = nc;
     }
@@ -257,15 +487,682 @@ int64_t rp_log_stream(rp_log_t *l, uint32_t sender, uint32_t inc) {
     memset(s, 0, sizeof(*s));
     s->sender = sender;
     s->inc = inc;
-    if (rp_hmap_put(&l->sindex, key, 0, l->nstreams) < 0)
+    if (rp_iset_init(&s->damaged, 4, RP_LOG_DAMAGED_MAX))
         return RP_ENOMEM;
+    if (rp_hmap_put(&l->sindex, ((uint64_t)sender << 32) | inc, 0, l->nstreams) < 0) {
+        rp_iset_free(&s->damaged);
+        return RP_ENOMEM;
+    }
     return (int64_t)l->nstreams++;
 }
 
-static void stream_note(rp_lstream_t *s, uint64_t seq) {
-    if (!s->count || seq < s->min_seq) s->min_seq = seq;
-    if (!s->count || seq > s->max_seq) s->max_seq = seq;
-    s->count++;
+static void stream_note(rp_lstream_t *s, uint64_t lo, uint64_t hi) {
+    if (!s->count || lo < s->min_seq) s->min_seq = lo;
+    if (!s->count || hi > s->max_seq) s->max_seq = hi;
+    s->count += hi - lo + 1;
+}
+
+/* Damaged ids of a stream: answered as lost, never served. */
+static void mark_damaged(rp_lstream_t *s, uint64_t lo, uint64_t hi) {
+    rp_iset_add(&s->damaged, lo, hi);      /* at its bound the oldest knowledge stays */
+}
+
+/* Index the ids [lo, hi] of a record at pos, except those already indexed
+ * (a record found twice on recovery) or below the GC frontier.  Returns
+ * the ids indexed, or RP_ENOMEM. */
+static int64_t index_run(rp_log_t *l, uint32_t sid, uint64_t lo, uint64_t hi, uint64_t pos) {
+    rp_lstream_t *s = &l->streams[sid];
+    if (lo < s->gc_below)
+        lo = s->gc_below;
+    int64_t added = 0;
+    while (lo <= hi) {
+        rp_lrun_t *r = ridx_next(&s->idx, lo);
+        uint64_t end = hi;
+        if (r && r->first <= lo) {            /* lo already indexed: skip past that run */
+            if (run_last(r) >= hi)
+                break;
+            lo = run_last(r) + 1;
+            continue;
+        }
+        if (r && r->first <= hi)
+            end = r->first - 1;
+        /* a run entry holds at most 2^32 - 1 ids */
+        if (end - lo >= UINT32_MAX)
+            end = lo + UINT32_MAX - 1;
+        if (!ridx_insert(&s->idx, lo, (uint32_t)(end - lo + 1), pos))
+            return RP_ENOMEM;
+        stream_note(s, lo, end);
+        rp_iset_remove(&s->damaged, lo, end);
+        added += (int64_t)(end - lo + 1);
+        if (end == hi)
+            break;
+        lo = end + 1;
+    }
+    return added;
+}
+
+/* ---- the syncer thread (group commit) ---------------------------------- */
+
+static void *syncer_main(void *arg) {
+    rp_log_t *l = (rp_log_t *)arg;
+    pthread_mutex_lock(&l->smu);
+    for (;;) {
+        while (!l->sync_stop && l->sync_want == l->sync_done)
+            pthread_cond_wait(&l->scv, &l->smu);
+        if (l->sync_stop)
+            break;
+        uint64_t e = l->sync_want, appended = l->sync_want_appended;
+        uint64_t seg = l->want_seg, off = l->want_off;
+        int fd = l->fd;
+        l->sync_busy = 1;
+        pthread_mutex_unlock(&l->smu);
+        int rc = fdatasync(fd) < 0 ? -errno : 0;
+        pthread_mutex_lock(&l->smu);
+        l->sync_busy = 0;
+        l->n_syncs++;
+        if (rc && !l->sync_err)
+            l->sync_err = rc;
+        if (!rc) {
+            l->sync_done = e;
+            l->synced = appended;
+            l->sync_seg = seg;
+            l->sync_off = off;
+        } else {
+            l->sync_done = e;          /* reported through sync_err: never acknowledged */
+        }
+        pthread_cond_broadcast(&l->scv);
+    }
+    pthread_mutex_unlock(&l->smu);
+    return NULL;
+}
+
+/* Wait until the syncer is not inside fdatasync (mu held by the caller's
+ * thread only through this call). */
+static void syncer_quiesce(rp_log_t *l) {
+    if (!l->syncer_on)
+        return;
+    pthread_mutex_lock(&l->smu);
+    while (l->sync_busy || l->sync_want != l->sync_done)
+        pthread_cond_wait(&l->scv, &l->smu);
+    pthread_mutex_unlock(&l->smu);
+}
+
+static void syncer_stop(rp_log_t *l) {
+    if (!l->syncer_on)
+        return;
+    pthread_mutex_lock(&l->smu);
+    l->sync_stop = 1;
+    pthread_cond_broadcast(&l->scv);
+    pthread_mutex_unlock(&l->smu);
+    pthread_join(l->syncer, NULL);
+    l->syncer_on = 0;
+}
+
+/* ---- write path -------------------------------------------------------- */
+
+static void run_close(rp_log_t *l) {
+    rp_lopen_t *run = &l->run;
+    if (!run->open)
+        return;
+    uint8_t *h = l->wbuf + run->hdr;
+    rp_st32(h + 8, (uint32_t)(RP_LOG_HDR + run->body + RP_LOG_TRL));
+    rp_st32(h + 12, run->count);
+    rp_st32(h + 32, rp_crc32c(0, h + RP_LOG_HDR, run->body));
+    rp_st32(h + 36, 0);
+    rp_st32(h + 4, rp_crc32c(0, h + 8, RP_LOG_HDR - 8));
+    rp_st32(h, RP_LOG_MAGIC);
+    uint8_t *t = l->wbuf + l->wlen;
+    memcpy(t, h, RP_LOG_HDR);
+    rp_st32(t, RP_LOG_TMAGIC);
+    l->wlen += RP_LOG_TRL;
+    rp_lseg_t *seg = cur_seg(l);
+    seg->size += RP_LOG_TRL;
+    l->bytes += RP_LOG_HDR + run->body + RP_LOG_TRL;
+    seg_note(seg, run->sid, run->seq, run->next - 1);
+    l->runs++;
+    run->open = 0;
+    run->entry = NULL;
+}
+
+int rp_log_flush(rp_log_t *l) {
+    run_close(l);
+    size_t done = 0;
+    while (done < l->wlen) {
+        ssize_t w = pwrite(l->fd, l->wbuf + done, l->wlen - done, (off_t)(l->wpos + done));
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            /* keep what was not written: the next flush tries again */
+            if (done) {
+                memmove(l->wbuf, l->wbuf + done, l->wlen - done);
+                l->wpos += done;
+                l->wlen -= done;
+            }
+            return -errno;
+        }
+        done += (size_t)w;
+    }
+    l->wpos += l->wlen;
+    l->wlen = 0;
+    l->rgen++;
+    return RP_OK;
+}
+
+int rp_log_sync(rp_log_t *l) {
+    int rc = rp_log_flush(l);
+    if (rc)
+        return rc;
+    syncer_quiesce(l);
+    if (fdatasync(l->fd) < 0)
+        return -errno;
+    if (l->syncer_on)
+        pthread_mutex_lock(&l->smu);
+    l->synced = l->appended;
+    l->sync_seg = cur_seg(l)->no;
+    l->sync_off = l->wpos;
+    l->sync_done = l->sync_want;     /* it covers every sync requested before it */
+    if (l->syncer_on) {
+        pthread_cond_broadcast(&l->scv);
+        pthread_mutex_unlock(&l->smu);
+    }
+    return RP_OK;
+}
+
+int rp_log_sync_start(rp_log_t *l, uint64_t *epoch) {
+    int rc = rp_log_flush(l);
+    if (rc)
+        return rc;
+    if (!l->syncer_on) {
+        if (pthread_create(&l->syncer, NULL, syncer_main, l))
+            return RP_ENOMEM;
+        l->syncer_on = 1;
+    }
+    pthread_mutex_lock(&l->smu);
+    *epoch = ++l->sync_want;
+    l->sync_want_appended = l->appended;
+    l->want_seg = cur_seg(l)->no;
+    l->want_off = l->wpos;
+    pthread_cond_broadcast(&l->scv);
+    pthread_mutex_unlock(&l->smu);
+    return RP_OK;
+}
+
+uint64_t rp_log_synced_epoch(rp_log_t *l, int *err) {
+    if (!l->syncer_on) {
+        if (err)
+            *err = 0;
+        return l->sync_want;
+    }
+    pthread_mutex_lock(&l->smu);
+    uint64_t e = l->sync_done;
+    if (err)
+        *err = l->sync_err;
+    pthread_mutex_unlock(&l->smu);
+    return e;
+}
+
+int rp_log_wait_synced(rp_log_t *l, uint64_t epoch) {
+    if (!l->syncer_on)
+        return RP_OK;
+    pthread_mutex_lock(&l->smu);
+    while (l->sync_done < epoch && !l->sync_err)
+        pthread_cond_wait(&l->scv, &l->smu);
+    int err = l->sync_err;
+    pthread_mutex_unlock(&l->smu);
+    return err;
+}
+
+static int roll(rp_log_t *l) {
+    int rc = rp_log_sync(l);    /* the old segment is whole and durable before the next starts */
+    if (rc)
+        return rc;
+    uint64_t no = cur_seg(l)->no + 1;
+    if (seg_add(l, no))
+        return RP_ENOMEM;
+    char *path = seg_path(l, no);
+    if (!path)
+        return RP_ENOMEM;
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    free(path);
+    if (fd < 0) {
+        l->nsegs--;
+        return -errno;
+    }
+    /* the previous segment is read through the fd cache from now on */
+    rp_lseg_t *prev = &l->segs[l->nsegs - 2];
+    if (prev->fd < 0)
+        prev->fd = l->fd;
+    else
+        close(l->fd);
+    if (l->syncer_on)
+        pthread_mutex_lock(&l->smu);
+    l->fd = fd;
+    if (l->syncer_on)
+        pthread_mutex_unlock(&l->smu);
+    l->wpos = 0;
+    seg_header(l->wbuf);
+    l->wlen = RP_LOG_SEG_HDR;
+    cur_seg(l)->size = RP_LOG_SEG_HDR;
+    int dfd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return RP_OK;
+}
+
+/* Bytes of one body entry. */
+static inline size_t entry_size(uint64_t label, uint32_t plen) {
+    return 4 + (label != NOLABEL ? 8 : 0) + plen;
+}
+
+static inline void put_entry(rp_log_t *l, uint64_t label, const uint8_t *payload, uint32_t plen) {
+    uint8_t *e = l->wbuf + l->wlen;
+    size_t n;
+    if (label != NOLABEL) {
+        rp_st32(e, plen | RP_LOG_E_LABEL);
+        rp_st64(e + 4, label);
+        n = 12;
+    } else {
+        rp_st32(e, plen);
+        n = 4;
+    }
+    if (plen)
+        memcpy(e + n, payload, plen);
+    n += plen;
+    l->wlen += n;
+    l->run.body += n;
+    cur_seg(l)->size += n;
+}
+
+/* Start a run of stream sid at seq with its first message. */
+static int run_open(rp_log_t *l, uint32_t sid, uint64_t seq, uint64_t label, const uint8_t *payload,
+                    uint32_t plen) {
+    size_t need = RP_LOG_HDR + entry_size(label, plen) + RP_LOG_TRL;
+    rp_lseg_t *seg = cur_seg(l);
+    if (seg->size > RP_LOG_SEG_HDR && seg->size + need > l->seg_limit) {
+        int rc = roll(l);
+        if (rc)
+            return rc;
+    }
+    if (l->wlen + need > l->wcap) {
+        int rc = rp_log_flush(l);
+        if (rc)
+            return rc;
+    }
+    rp_lstream_t *s = &l->streams[sid];
+    uint64_t pos = POS(cur_seg(l)->no, l->wpos + l->wlen);
+    rp_lrun_t *e = ridx_insert(&s->idx, seq, 1, pos);
+    if (!e)
+        return RP_ENOMEM;
+    rp_lopen_t *run = &l->run;
+    run->open = 1;
+    run->sid = sid;
+    run->seq = seq;
+    run->next = seq + 1;
+    run->count = 1;
+    run->hdr = l->wlen;
+    run->body = 0;
+    run->entry = e;
+    uint8_t *h = l->wbuf + l->wlen;
+    memset(h, 0, RP_LOG_HDR);
+    rp_st32(h + 16, s->sender);
+    rp_st32(h + 20, s->inc);
+    rp_st64(h + 24, seq);
+    l->wlen += RP_LOG_HDR;
+    cur_seg(l)->size += RP_LOG_HDR;
+    put_entry(l, label, payload, plen);
+    stream_note(s, seq, seq);
+    rp_iset_remove(&s->damaged, seq, seq);
+    return RP_OK;
+}
+
+int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t label,
+                  int64_t t, const uint8_t *payload, uint32_t plen) {
+    (void)t;
+    if (plen > RP_LOG_MAX_PAYLOAD)
+        return RP_EINVAL;
+    rp_lopen_t *run = &l->run;
+    uint32_t sid;
+    if (run->open && seq == run->next && l->streams[run->sid].sender == sender &&
+        l->streams[run->sid].inc == inc) {
+        /* The common case: the next message of the run being written. */
+        sid = run->sid;
+        rp_lstream_t *s = &l->streams[sid];
+        size_t e = entry_size(label, plen);
+        if (run->count < UINT32_MAX && run->body + e <= RP_LOG_RUN_BYTES &&
+            l->wlen + e + RP_LOG_TRL <= l->wcap && cur_seg(l)->size + e + RP_LOG_TRL <= l->seg_limit &&
+            seq >= s->gc_below && (seq > s->max_seq || !ridx_find(&s->idx, seq))) {
+            put_entry(l, label, payload, plen);
+            run->entry->count++;
+            run->count++;
+            run->next++;
+            if (seq > s->max_seq)
+                s->max_seq = seq;
+            s->count++;
+            rp_iset_remove(&s->damaged, seq, seq);
+            l->appended++;
+            return RP_OK;
+        }
+    } else {
+        int64_t k = rp_log_stream(l, sender, inc);
+        if (k < 0)
+            return (int)k;
+        sid = (uint32_t)k;
+    }
+    rp_lstream_t *s = &l->streams[sid];
+    /* Below the GC frontier the record was stable everywhere and is gone:
+     * logging it again would only bring back what GC already collected. */
+    if (seq < s->gc_below || (s->count && seq >= s->min_seq && seq <= s->max_seq && ridx_find(&s->idx, seq)))
+        return 1;
+    run_close(l);
+    int rc = run_open(l, sid, seq, label, payload, plen);
+    if (rc)
+        return rc;
+    l->appended++;
+    return RP_OK;
+}
+
+/* ---- read path --------------------------------------------------------- */
+
+/* The record at pos, whole, in memory: in the write buffer, or read ahead
+ * from its segment.  *inmem: it is the write buffer's (not yet on disk: its
+ * CRCs need no check; the open run's header is not final).  NULL on I/O
+ * error. */
+static const uint8_t *load_record(rp_log_t *l, uint64_t pos, int *inmem) {
+    uint64_t segno = POS_SEG(pos), off = POS_OFF(pos);
+    rp_lseg_t *cur = cur_seg(l);
+    if (segno == cur->no && off >= l->wpos) {
+        *inmem = 1;
+        return l->wbuf + (off - l->wpos);
+    }
+    *inmem = 0;
+    if (segno == l->rseg && off >= l->roff && off + RP_LOG_HDR <= l->roff + l->rlen) {
+        const uint8_t *r = l->rbuf + (off - l->roff);
+        uint32_t reclen = rp_ld32(r + 8);
+        if (off + reclen <= l->roff + l->rlen)
+            return r;
+    }
+    rp_lseg_t *seg = seg_by_no(l, segno);
+    if (!seg)
+        return NULL;
+    int fd = seg_fd(l, seg);
+    if (fd < 0)
+        return NULL;
+    uint64_t end = segno == cur->no ? l->wpos : seg->size;
+    if (off + RP_LOG_HDR > end)
+        return NULL;
+    size_t want = RP_LOG_READ_AHEAD;
+    for (int pass = 0; pass < 2; pass++) {
+        if (off + want > end)
+            want = (size_t)(end - off);
+        if (want > l->rcap) {
+            uint8_t *nb = (uint8_t *)realloc(l->rbuf, want);
+            if (!nb)
+                return NULL;
+            l->rbuf = nb;
+            l->rcap = want;
+        }
+        l->rseg = UINT64_MAX;
+        l->rgen++;
+        ssize_t k = pread(fd, l->rbuf, want, (off_t)off);
+        l->n_preads++;
+        if (k < RP_LOG_HDR)
+            return NULL;
+        l->rseg = segno;
+        l->roff = off;
+        l->rlen = (size_t)k;
+        uint32_t reclen = rp_ld32(l->rbuf + 8);
+        if (reclen <= (size_t)k)
+            return l->rbuf;
+        if (reclen > RP_LOG_MAX_RECORD || pass)
+            return l->rbuf;           /* the check will fail: damaged */
+        want = reclen;                /* a record larger than the read-ahead */
+    }
+    return NULL;
+}
+
+/* A record read from disk checks (header and body CRCs, and it is the
+ * record the index says).  Remembers the last one checked, so a run served
+ * message by message is checked once. */
+static int record_ok(rp_log_t *l, const uint8_t *rec, uint64_t pos, uint32_t sid, rec_t *r) {
+    if (!hdr_check(rec, RP_LOG_MAGIC, r))
+        return 0;
+    if (r->sender != l->streams[sid].sender || r->inc != l->streams[sid].inc)
+        return 0;
+    if (POS_SEG(pos) == l->rseg && POS_OFF(pos) + r->reclen > l->roff + l->rlen)
+        return 0;                     /* shorter than it says: cut off */
+    if (l->verified == pos + 1)
+        return 1;
+    if (!body_check(rec, r))
+        return 0;
+    l->verified = pos + 1;
+    return 1;
+}
+
+/* A record failed its check when read: its ids leave the index and are
+ * damaged from now on (a logger answers them as lost). */
+static void damaged_on_read(rp_log_t *l, uint32_t sid, rp_lrun_t *e) {
+    rp_lstream_t *s = &l->streams[sid];
+    uint64_t pos = e->pos;
+    if (l->run.open && l->run.sid == sid)
+        run_close(l);            /* entries are about to move */
+    l->rd_damaged++;
+    l->rgen++;
+    /* every index entry pointing at this record goes */
+    for (;;) {
+        rp_lrun_t *r = NULL;
+        rp_lridx_t *x = &s->idx;
+        for (size_t i = x->head; i < x->n && !r; i++)
+            if (x->main[i].pos == pos)
+                r = &x->main[i];
+        for (size_t j = 0; j < x->nside && !r; j++)
+            if (x->side[j].pos == pos)
+                r = &x->side[j];
+        if (!r)
+            break;
+        uint64_t a = r->first, b = run_last(r);
+        mark_damaged(s, a, b);
+        s->count -= b - a + 1;
+        /* drop the entry: mark it empty by trimming it out of the arrays */
+        if (r >= x->main && r < x->main + x->n) {
+            memmove(r, r + 1, (size_t)(x->main + x->n - r - 1) * sizeof(rp_lrun_t));
+            x->n--;
+        } else {
+            memmove(r, r + 1, (size_t)(x->side + x->nside - r - 1) * sizeof(rp_lrun_t));
+            x->nside--;
+        }
+    }
+    if (s->count)
+        s->min_seq = ridx_min(&s->idx);
+}
+
+/* Position c inside the record of index entry e at seq (>= e->first).
+ * Returns 0, RP_LOG_IOERR or RP_LOG_DAMAGED. */
+static int cursor_load(rp_log_t *l, rp_log_cursor_t *c, rp_lrun_t *e, uint64_t seq) {
+    int inmem;
+    const uint8_t *rec = load_record(l, e->pos, &inmem);
+    if (!rec)
+        return RP_LOG_IOERR;
+    uint64_t rseq;
+    uint32_t count;
+    if (inmem) {
+        rseq = rp_ld64(rec + 24);
+        count = (l->run.open && rec == l->wbuf + l->run.hdr) ? l->run.count : rp_ld32(rec + 12);
+    } else {
+        rec_t r;
+        if (!record_ok(l, rec, e->pos, c->sid, &r)) {
+            damaged_on_read(l, c->sid, e);
+            return RP_LOG_DAMAGED;
+        }
+        rseq = r.seq;
+        count = r.count;
+    }
+    if (seq < rseq || seq - rseq >= count) {     /* the index and the record disagree */
+        if (!inmem)
+            damaged_on_read(l, c->sid, e);
+        return RP_LOG_DAMAGED;
+    }
+    size_t off = RP_LOG_HDR;
+    for (uint64_t q = rseq; q < seq; q++) {      /* walk to seq: entries are self-sized */
+        uint32_t w = rp_ld32(rec + off);
+        off += 4 + ((w & RP_LOG_E_LABEL) ? 8 : 0) + (w & ~RP_LOG_E_LABEL);
+    }
+    c->rec = rec;
+    c->gen = l->rgen;
+    c->rseq = seq;
+    c->rleft = (uint32_t)(count - (seq - rseq));
+    c->eoff = off;
+    c->elast = run_last(e);
+    return RP_OK;
+}
+
+int rp_log_seek(rp_log_t *l, rp_log_cursor_t *c, uint32_t sender, uint32_t inc, uint64_t seq) {
+    memset(c, 0, sizeof(*c));
+    int64_t sid = rp_log_find_stream(l, sender, inc);
+    if (sid < 0)
+        return RP_LOG_ABSENT;
+    c->sid = (uint32_t)sid;
+    c->seq = seq;
+    return RP_OK;
+}
+
+long rp_log_next(rp_log_t *l, rp_log_cursor_t *c, uint64_t hi, uint64_t *seq, const uint8_t **payload,
+                 uint64_t *label) {
+    rp_lstream_t *s = &l->streams[c->sid];
+    if (c->done || c->seq > hi)
+        return RP_LOG_ABSENT;
+    if (!c->rec || !c->rleft || c->seq != c->rseq || c->seq > c->elast || c->gen != l->rgen) {
+        if (c->seq < s->gc_below)
+            c->seq = s->gc_below;
+        rp_lrun_t *e = ridx_next(&s->idx, c->seq);
+        if (!e || e->first > hi)
+            return RP_LOG_ABSENT;
+        uint64_t at = e->first > c->seq ? e->first : c->seq;
+        int rc = cursor_load(l, c, e, at);
+        if (rc) {
+            c->rec = NULL;
+            return rc;
+        }
+        c->seq = at;
+    }
+    uint32_t plen;
+    size_t n = entry_at(c->rec + c->eoff, payload, &plen, label);
+    *seq = c->seq;
+    c->eoff += n;
+    c->rleft--;
+    c->rseq++;
+    if (c->seq == UINT64_MAX)
+        c->done = 1;
+    else
+        c->seq++;
+    return (long)plen;
+}
+
+long rp_log_read(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, const uint8_t **payload,
+                 uint64_t *label) {
+    int64_t sid = rp_log_find_stream(l, sender, inc);
+    if (sid < 0)
+        return RP_LOG_ABSENT;
+    rp_lstream_t *s = &l->streams[sid];
+    if (seq < s->gc_below)
+        return RP_LOG_ABSENT;
+    rp_lrun_t *e = ridx_find(&s->idx, seq);
+    if (!e)
+        return RP_LOG_ABSENT;
+    rp_log_cursor_t c = {.sid = (uint32_t)sid, .seq = seq};
+    int rc = cursor_load(l, &c, e, seq);
+    if (rc)
+        return rc;
+    uint32_t plen;
+    uint64_t lab;
+    entry_at(c.rec + c.eoff, payload, &plen, &lab);
+    if (label)
+        *label = lab;
+    return (long)plen;
+}
+
+int rp_log_has(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq) {
+    int64_t sid = rp_log_find_stream(l, sender, inc);
+    if (sid < 0)
+        return 0;
+    rp_lstream_t *s = &l->streams[sid];
+    return seq >= s->gc_below && s->count && seq >= s->min_seq && seq <= s->max_seq &&
+           ridx_find(&s->idx, seq) != NULL;
+}
+
+int rp_log_durable(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq) {
+    int64_t sid = rp_log_find_stream(l, sender, inc);
+    if (sid < 0)
+        return 0;
+    rp_lstream_t *s = &l->streams[sid];
+    rp_lrun_t *e = seq >= s->gc_below ? ridx_find(&s->idx, seq) : NULL;
+    if (!e)
+        return 0;
+    if (l->syncer_on)
+        pthread_mutex_lock(&l->smu);
+    uint64_t sseg = l->sync_seg, soff = l->sync_off;
+    if (l->syncer_on)
+        pthread_mutex_unlock(&l->smu);
+    uint64_t seg = POS_SEG(e->pos);
+    /* a record in an older segment was synced when its segment rolled */
+    if (seg < sseg)
+        return 1;
+    if (seg > sseg)
+        return 0;
+    /* the open run's record is not on disk; a closed one ends with its trailer */
+    if (l->run.open && e->pos == POS(cur_seg(l)->no, l->wpos + l->run.hdr))
+        return 0;
+    int inmem;
+    const uint8_t *rec = load_record(l, e->pos, &inmem);
+    return rec && POS_OFF(e->pos) + rp_ld32(rec + 8) <= soff;
+}
+
+int64_t rp_log_cover(const rp_log_t *l, uint32_t sid, uint64_t lo, uint64_t hi, rp_iset_t *out) {
+    const rp_lstream_t *s = &l->streams[sid];
+    if (lo < s->gc_below)
+        lo = s->gc_below;
+    int64_t added = 0;
+    while (lo <= hi) {
+        const rp_lrun_t *e = ridx_next(&s->idx, lo);
+        if (!e || e->first > hi)
+            break;
+        uint64_t a = e->first > lo ? e->first : lo;
+        uint64_t b = run_last(e) < hi ? run_last(e) : hi;
+        int64_t r = rp_iset_add(out, a, b);
+        if (r < 0)
+            return r;
+        added += r;
+        if (b == hi)
+            break;
+        lo = b + 1;
+    }
+    return added;
+}
+
+void rp_log_intervals(const rp_log_t *l, uint32_t sid, void (*fn)(void *, uint64_t, uint64_t), void *arg) {
+    const rp_lridx_t *x = &l->streams[sid].idx;
+    size_t i = x->head, j = 0;
+    int have = 0;
+    uint64_t a = 0, b = 0;
+    while (i < x->n || j < x->nside) {
+        const rp_lrun_t *r;
+        if (j == x->nside || (i < x->n && x->main[i].first < x->side[j].first))
+            r = &x->main[i++];
+        else
+            r = &x->side[j++];
+        if (have && r->first == b + 1) {
+            b = run_last(r);
+            continue;
+        }
+        if (have)
+            fn(arg, a, b);
+        a = r->first;
+        b = run_last(r);
+        have = 1;
+    }
+    if (have)
+        fn(arg, a, b);
 }
 
 /* ---- recovery ---------------------------------------------------------- */
@@ -275,68 +1172,192 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Scan one segment; returns the length of its valid prefix. */
-static int64_t scan_segment(rp_log_t *l, uint32_t si, int is_last) {
-    rp_lseg_t *seg = &l->segs[si];
-    char *path = seg_path(l, seg->no);
-    if (!path)
-        return RP_ENOMEM;
-    int fd = open(path, O_RDWR);
-    free(path);
-    if (fd < 0)
-        return -errno;
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    uint64_t size = (uint64_t)st.st_size, pos = 0;
-    const uint8_t *m = NULL;
-    if (size) {
-        m = (const uint8_t *)mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            int e = -errno;
-            close(fd);
-            return e;
+/* A record found whole at m + pos (header or trailer vouching for r). */
+static int take_record(rp_log_t *l, rp_lseg_t *seg, uint64_t pos, const rec_t *r) {
+    int64_t sid = rp_log_stream(l, r->sender, r->inc);
+    if (sid < 0)
+        return (int)sid;
+    int64_t k = index_run(l, (uint32_t)sid, r->seq, r->seq + r->count - 1, POS(seg->no, pos));
+    if (k < 0)
+        return (int)k;
+    seg_note(seg, (uint32_t)sid, r->seq, r->seq + r->count - 1);
+    l->rec_records += (uint64_t)k;
+    l->rec_runs++;
+    return RP_OK;
+}
+
+/* A record whose body failed its check: its ids are damaged (unless the
+ * same ids are indexed from another record). */
+static int take_damaged(rp_log_t *l, const rec_t *r) {
+    int64_t sid = rp_log_stream(l, r->sender, r->inc);
+    if (sid < 0)
+        return (int)sid;
+    rp_lstream_t *s = &l->streams[sid];
+    uint64_t lo = r->seq, hi = r->seq + r->count - 1;
+    l->rec_damaged_records++;
+    l->rec_damaged_ids += r->count;
+    while (lo <= hi) {                     /* only the ids no other record holds */
+        rp_lrun_t *e = ridx_next(&s->idx, lo);
+        if (!e || e->first > hi) {
+            mark_damaged(s, lo, hi);
+            break;
         }
+        if (e->first > lo)
+            mark_damaged(s, lo, e->first - 1);
+        if (run_last(e) >= hi)
+            break;
+        lo = run_last(e) + 1;
     }
-    while (pos + RP_LOG_HDR <= size) {
-        const uint8_t *r = m + pos;
-        uint32_t reclen = rp_ld32(r + 4);
-        uint32_t plen = rp_ld32(r + 44);
-        if (reclen < RP_LOG_HDR || plen > RP_LOG_MAX_PAYLOAD || reclen != RP_LOG_HDR + plen ||
-            reclen > size - pos)
+    return RP_OK;
+}
+
+/* The next position >= from where a record header checks, or size. */
+static uint64_t resync(const uint8_t *m, uint64_t from, uint64_t size) {
+    uint8_t magic[4];
+    rp_st32(magic, RP_LOG_MAGIC);
+    uint64_t p = from;
+    while (p + RP_LOG_HDR <= size) {
+        const uint8_t *q = (const uint8_t *)memmem(m + p, size - p, magic, 4);
+        if (!q)
             break;
-        if (rp_crc32c(0, r + 4, reclen - 4) != rp_ld32(r))
-            break;
-        uint32_t sender = rp_ld32(r + 8), inc = rp_ld32(r + 12);
-        uint64_t seq = rp_ld64(r + 16);
-        int64_t sid = rp_log_stream(l, sender, inc);
-        if (sid < 0)
-            break;
-        rp_lstream_t *stm = &l->streams[sid];
-        if (!lp_get(&stm->idx, seq) && lp_set(&stm->idx, seq, POS(seg->no, pos) + 1) == RP_OK) {
-            stream_note(stm, seq);
-            seg_note(seg, (uint32_t)sid, seq);
+        p = (uint64_t)(q - m);
+        rec_t r;
+        if (p + RP_LOG_HDR <= size && hdr_check(q, RP_LOG_MAGIC, &r))
+            return p;
+        p++;
+    }
+    return size;
+}
+
+/* Rewrite one copy of a record's header from the other (magic given),
+ * so that reads, which go by the header, find it whole again. */
+static void rewrite_copy(int fd, const uint8_t *good, uint32_t magic, uint64_t at) {
+    uint8_t h[RP_LOG_HDR];
+    memcpy(h, good, RP_LOG_HDR);
+    rp_st32(h, magic);
+    if (pwrite(fd, h, RP_LOG_HDR, (off_t)at) != RP_LOG_HDR)
+        return;                 /* then a read finds it damaged, loudly */
+}
+
+/* Bytes [from, to) did not start with a good header.  If they end with a
+ * good trailer naming a record of exactly that length, it is that record
+ * with its header hit: recovered if the body checks (the header rewritten
+ * from the trailer), damaged otherwise.  Else they name no record.
+ * Returns RP_OK, or an error. */
+static int take_span(rp_log_t *l, rp_lseg_t *seg, int fd, const uint8_t *m, uint64_t from, uint64_t to) {
+    rec_t r;
+    if (to - from >= RP_LOG_HDR + 4 + RP_LOG_TRL && hdr_check(m + to - RP_LOG_TRL, RP_LOG_TMAGIC, &r) &&
+        r.reclen == to - from) {
+        if (body_check(m + from, &r)) {
+            l->rec_repaired++;
+            rewrite_copy(fd, m + to - RP_LOG_TRL, RP_LOG_MAGIC, from);
+            return take_record(l, seg, from, &r);
         }
-        l->rec_records++;
-        pos += reclen;
+        return take_damaged(l, &r);
     }
-    if (m)
-        munmap((void *)m, size);
+    l->rec_damaged_bytes += to - from;
+    return RP_OK;
+}
+
+/* Scan one v1 segment (its header checked): index its records, report
+ * damage; the newest segment's torn tail is cut off.  RP_OK or an error. */
+static int scan_v1(rp_log_t *l, rp_lseg_t *seg, int fd, const uint8_t *m, uint64_t size, int is_last) {
+    uint64_t pos = RP_LOG_SEG_HDR;
+    int rc = RP_OK;
+    while (pos < size && rc == RP_OK) {
+        rec_t r;
+        if (pos + RP_LOG_HDR <= size && hdr_check(m + pos, RP_LOG_MAGIC, &r)) {
+            if (r.reclen > size - pos) {
+                /* runs past the end: an interrupted write, or damage after it */
+                uint64_t next = resync(m, pos + 1, size);
+                if (next == size && is_last)
+                    break;                                  /* torn tail */
+                rc = take_damaged(l, &r);                   /* incomplete: its ids are damaged */
+                pos = next;
+                continue;
+            }
+            const uint8_t *rec = m + pos;
+            if (body_check(rec, &r)) {
+                rec_t t;
+                if (!hdr_check(rec + r.reclen - RP_LOG_TRL, RP_LOG_TMAGIC, &t)) {
+                    l->rec_repaired++;                      /* the trailer was hit */
+                    rewrite_copy(fd, rec, RP_LOG_TMAGIC, pos + r.reclen - RP_LOG_TRL);
+                }
+                rc = take_record(l, seg, pos, &r);
+            } else {
+                rc = take_damaged(l, &r);
+            }
+            pos += r.reclen;
+            continue;
+        }
+        uint64_t next = resync(m, pos + 1, size);
+        if (next == size && is_last) {
+            /* Nothing whole follows.  A record whose header was hit and
+             * whose trailer is intact still ends the file; anything else
+             * is the tail of an interrupted write. */
+            rec_t t;
+            if (size - pos >= RP_LOG_HDR + 4 + RP_LOG_TRL &&
+                hdr_check(m + size - RP_LOG_TRL, RP_LOG_TMAGIC, &t) && t.reclen == size - pos) {
+                rc = take_span(l, seg, fd, m, pos, size);
+                pos = size;
+            }
+            break;
+        }
+        rc = take_span(l, seg, fd, m, pos, next);
+        pos = next;
+    }
+    if (rc)
+        return rc;
     if (pos < size) {
-        if (is_last) {
-            /* Torn tail of an interrupted write: cut it off. */
-            if (ftruncate(fd, (off_t)pos) == 0)
-                l->rec_truncated_bytes += size - pos;
-        } else {
-            l->rec_bad++;
-        }
+        if (ftruncate(fd, (off_t)pos) == 0)
+            l->rec_truncated_bytes += size - pos;
+        size = pos;
     }
-    seg->size = pos;
-    close(fd);
-    return (int64_t)pos;
+    seg->size = size;
+    return RP_OK;
+}
+
+/* The old format's record checks at m (its CRC covers all but itself). */
+static int v0_record(const uint8_t *m, uint64_t left) {
+    if (left < RP_LOG_V0_HDR)
+        return 0;
+    uint32_t reclen = rp_ld32(m + 4), plen = rp_ld32(m + 44);
+    return reclen == RP_LOG_V0_HDR + plen && plen <= RP_LOG_MAX_PAYLOAD && reclen <= left &&
+           rp_crc32c(0, m + 4, reclen - 4) == rp_ld32(m);
+}
+
+/* Convert one segment of the old format (v0: a 48-byte header and a CRC
+ * per message) into the log: every record that checks is appended (as
+ * runs).  After a bad record the scan finds the next one that checks; the
+ * bytes between are counted as damaged, except an incomplete end of the
+ * newest file (a torn tail).  RP_OK or an error. */
+static int convert_v0(rp_log_t *l, const uint8_t *m, uint64_t size, int is_last) {
+    uint64_t pos = 0;
+    while (pos < size) {
+        const uint8_t *r = m + pos;
+        if (v0_record(r, size - pos)) {
+            uint32_t plen = rp_ld32(r + 44);
+            int rc = rp_log_append(l, rp_ld32(r + 8), rp_ld32(r + 12), rp_ld64(r + 16), rp_ld64(r + 24),
+                                   (int64_t)rp_ld64(r + 32), r + RP_LOG_V0_HDR, plen);
+            if (rc < 0)
+                return rc;
+            if (rc == 0)
+                l->rec_converted++;
+            pos += RP_LOG_V0_HDR + plen;
+            continue;
+        }
+        uint64_t next = pos + 1;
+        while (next < size && !v0_record(m + next, size - next))
+            next++;
+        if (next >= size && is_last) {
+            l->rec_truncated_bytes += size - pos;
+            break;
+        }
+        l->rec_bad++;
+        l->rec_damaged_bytes += next - pos;
+        pos = next;
+    }
+    return RP_OK;
 }
 
 /* The segment numbers of the segment files in dir, sorted, into *out (the
@@ -372,49 +1393,188 @@ static int64_t list_segments(const char *dir, uint64_t **out) {
     return (int64_t)nn;
 }
 
-/* Rebuild the index from the segments found (the last one may end in a
- * torn record).  RP_OK or a negative error. */
-static int recover(rp_log_t *l, const uint64_t *nos, size_t nn) {
-    for (size_t i = 0; i < nn; i++) {
-        if (seg_add(l, nos[i]))
-            return RP_ENOMEM;
-        int64_t r = scan_segment(l, l->nsegs - 1, i + 1 == nn);
-        if (r < 0)
-            return (int)r;
+/* A segment file mapped for the recovery scan. */
+typedef struct {
+    int fd;
+    uint8_t *m;
+    uint64_t size;
+} mapped_t;
+
+static int map_segment(rp_log_t *l, uint64_t no, mapped_t *f) {
+    memset(f, 0, sizeof(*f));
+    char *path = seg_path(l, no);
+    if (!path)
+        return RP_ENOMEM;
+    f->fd = open(path, O_RDWR | O_CLOEXEC);
+    free(path);
+    if (f->fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstat(f->fd, &st) < 0) {
+        int e = -errno;
+        close(f->fd);
+        return e;
+    }
+    f->size = (uint64_t)st.st_size;
+    if (f->size) {
+        f->m = (uint8_t *)mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+        if (f->m == MAP_FAILED) {
+            int e = -errno;
+            close(f->fd);
+            return e;
+        }
     }
     return RP_OK;
 }
 
-/* Open the last segment (a new one in an empty log) for appending, and make
- * its directory entry durable.  RP_OK or a negative error. */
-static int open_tail(rp_log_t *l) {
-    if (!l->nsegs && seg_add(l, 0))
+static void unmap_segment(mapped_t *f) {
+    if (f->m)
+        munmap(f->m, f->size);
+    if (f->fd >= 0)
+        close(f->fd);
+}
+
+static int open_tail(rp_log_t *l, int fresh);
+
+enum { SEG_V1, SEG_V0, SEG_EMPTY };
+
+/* What a segment file is: v1 (its header checks, or a v1 record follows a
+ * damaged header), v0 (an old-format record at its start), or empty.  A
+ * file that is neither is scanned as v1: its bytes are reported, never
+ * thrown away. */
+static int classify(rp_log_t *l, const mapped_t *f) {
+    if (f->size >= RP_LOG_SEG_HDR && seg_header_ok(f->m))
+        return SEG_V1;
+    if (f->size == 0)
+        return SEG_EMPTY;
+    if (v0_record(f->m, f->size))
+        return SEG_V0;
+    if (f->size >= RP_LOG_SEG_HDR && resync(f->m, 0, f->size) < f->size) {
+        uint8_t h[RP_LOG_SEG_HDR];                  /* the segment header was hit: */
+        seg_header(h);                              /* it holds nothing else, rewrite it */
+        if (pwrite(f->fd, h, RP_LOG_SEG_HDR, 0) == RP_LOG_SEG_HDR)
+            l->rec_repaired++;
+        else
+            l->rec_damaged_bytes += RP_LOG_SEG_HDR;
+        return SEG_V1;
+    }
+    for (uint64_t p = 1; p + RP_LOG_V0_HDR <= f->size; p++)
+        if (v0_record(f->m + p, f->size - p))
+            return SEG_V0;                          /* an old segment whose start was hit */
+    return SEG_V1;
+}
+
+/* Rebuild the index from the segments found: v1 segments are scanned in
+ * place; old-format (v0) ones are converted into a new v1 segment, which is
+ * synced before they are removed.  RP_OK or a negative error. */
+static int recover(rp_log_t *l, const uint64_t *nos, size_t nn) {
+    uint64_t *old = (uint64_t *)malloc((nn ? nn : 1) * sizeof(uint64_t));
+    if (!old)
         return RP_ENOMEM;
-    char *path = seg_path(l, l->segs[l->nsegs - 1].no);
+    size_t nold = 0;
+    int rc = RP_OK;
+    uint64_t newest = nn ? nos[nn - 1] : 0;
+    for (size_t i = 0; i < nn && rc == RP_OK; i++) {
+        mapped_t f;
+        rc = map_segment(l, nos[i], &f);
+        if (rc)
+            break;
+        int kind = classify(l, &f);
+        if (kind == SEG_V0) {
+            old[nold++] = nos[i];
+        } else if (kind == SEG_EMPTY) {
+            /* a roll interrupted before the new segment's header: reuse
+             * it if it is the newest, else it holds nothing */
+            if (i + 1 == nn && (rc = seg_add(l, nos[i])) == RP_OK)
+                cur_seg(l)->size = 0;
+            else if (i + 1 < nn)
+                old[nold++] = nos[i];
+        } else if ((rc = seg_add(l, nos[i])) == RP_OK) {
+            rc = scan_v1(l, cur_seg(l), f.fd, f.m, f.size, i + 1 == nn);
+        }
+        unmap_segment(&f);
+    }
+    if (rc == RP_OK) {
+        /* the tail: the newest v1 segment, or a new one after everything */
+        int fresh = !l->nsegs || l->segs[l->nsegs - 1].no != newest;
+        if (fresh && seg_add(l, nn ? newest + 1 : 0))
+            rc = RP_ENOMEM;
+        else
+            rc = open_tail(l, fresh || cur_seg(l)->size < RP_LOG_SEG_HDR);
+    }
+    for (size_t i = 0; i < nold && rc == RP_OK; i++) {
+        mapped_t f;
+        rc = map_segment(l, old[i], &f);
+        if (rc)
+            break;
+        rc = convert_v0(l, f.m, f.size, old[i] == newest);
+        unmap_segment(&f);
+    }
+    if (rc == RP_OK && nold) {
+        rc = rp_log_sync(l);
+        for (size_t i = 0; i < nold && rc == RP_OK; i++) {
+            char *path = seg_path(l, old[i]);
+            if (path) {
+                unlink(path);
+                free(path);
+            }
+        }
+    }
+    free(old);
+    return rc;
+}
+
+/* Open the last segment for appending (writing its header if it is new),
+ * and make its directory entry durable.  RP_OK or a negative error. */
+static int open_tail(rp_log_t *l, int fresh) {
+    rp_lseg_t *seg = cur_seg(l);
+    char *path = seg_path(l, seg->no);
     if (!path)
         return RP_ENOMEM;
-    l->fd = open(path, O_RDWR | O_CREAT, 0644);
+    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644);
     free(path);
     if (l->fd < 0)
         return -errno;
-    l->wpos = l->segs[l->nsegs - 1].size;
-    int dfd = open(l->dir, O_RDONLY | O_DIRECTORY);
+    if (fresh) {
+        seg_header(l->wbuf);
+        l->wlen = RP_LOG_SEG_HDR;
+        l->wpos = 0;
+        seg->size = RP_LOG_SEG_HDR;
+    } else {
+        l->wpos = seg->size;
+    }
+    /* What the previous process wrote may still be only in the page cache:
+     * make it durable before anything is acknowledged from it. */
+    int rc = rp_log_flush(l);
+    if (rc)
+        return rc;
+    if (fdatasync(l->fd) < 0)
+        return -errno;
+    int dfd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
         close(dfd);
     }
+    l->sync_seg = seg->no;
+    l->sync_off = l->wpos;
     return RP_OK;
 }
 
 int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
     memset(l, 0, sizeof(*l));
     l->fd = -1;
+    l->owner = (int)getpid();
     l->seg_limit = seg_limit ? seg_limit : (64u << 20);
+    if (l->seg_limit < RP_LOG_SEG_HDR + 2 * RP_LOG_HDR + 16)
+        l->seg_limit = RP_LOG_SEG_HDR + 2 * RP_LOG_HDR + 16;
     l->dir = strdup(dir);
-    l->wcap = 1 << 20;
+    l->wcap = RP_LOG_MAX_RECORD + (1 << 20);
     l->wbuf = (uint8_t *)malloc(l->wcap);
-    l->rcap = RP_LOG_HDR + RP_LOG_MAX_PAYLOAD;
+    l->rcap = RP_LOG_READ_AHEAD;
     l->rbuf = (uint8_t *)malloc(l->rcap);
+    l->rseg = UINT64_MAX;
+    pthread_mutex_init(&l->smu, NULL);
+    pthread_cond_init(&l->scv, NULL);
     if (!l->dir || !l->wbuf || !l->rbuf || rp_hmap_init(&l->sindex, 64, 0)) {
         rp_log_close(l);
         return RP_ENOMEM;
@@ -428,201 +1588,64 @@ int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
     int64_t nn = list_segments(dir, &nos);
     int rc = nn < 0 ? (int)nn : recover(l, nos, (size_t)nn);
     free(nos);
-    if (rc == RP_OK)
-        rc = open_tail(l);
     if (rc != RP_OK) {
         rp_log_close(l);
         return rc;
     }
-    l->appended = l->synced = l->rec_records;
+    l->appended = l->synced = l->rec_records + l->rec_converted;
     return RP_OK;
 }
 
-void rp_log_close(rp_log_t *l) {
-    if (l->fd >= 0) {
-        rp_log_sync(l);
+/* A copy inherited by a forked child (a test's or a tool's worker) must
+ * not write the parent's buffer into the parent's files, and has no sync
+ * thread: waiting for it, or destroying a condition it waits on, would
+ * hang the child forever.  It only closes its descriptors and frees. */
+static int forked_copy(const rp_log_t *l) {
+    return l->owner && l->owner != (int)getpid();
+}
+
+static void release(rp_log_t *l) {
+    int forked = forked_copy(l);
+    if (!forked)
+        syncer_stop(l);
+    if (l->fd >= 0)
         close(l->fd);
-    }
     for (uint32_t i = 0; i < l->nsegs; i++)
         seg_free(&l->segs[i]);
     free(l->segs);
-    for (uint32_t i = 0; i < l->nstreams; i++)
-        lp_free(&l->streams[i].idx);
+    for (uint32_t i = 0; i < l->nstreams; i++) {
+        ridx_free(&l->streams[i].idx);
+        rp_iset_free(&l->streams[i].damaged);
+    }
     free(l->streams);
     free(l->wbuf);
     free(l->rbuf);
     free(l->dir);
-    rp_hmap_free(&l->sindex);
+    if (l->sindex.b)
+        rp_hmap_free(&l->sindex);
+    if (!forked) {
+        pthread_mutex_destroy(&l->smu);
+        pthread_cond_destroy(&l->scv);
+    }
     memset(l, 0, sizeof(*l));
     l->fd = -1;
 }
 
+void rp_log_close(rp_log_t *l) {
+    if (forked_copy(l)) {
+        rp_log_abandon(l);
+        return;
+    }
+    if (l->fd >= 0)
+        rp_log_sync(l);
+    release(l);
+}
+
 void rp_log_abandon(rp_log_t *l) {
-    l->wlen = 0;            /* the user-space write buffer dies with the process */
-    rp_log_close(l);
-}
-
-/* ---- append / sync ----------------------------------------------------- */
-
-int rp_log_flush(rp_log_t *l) {
-    size_t done = 0;
-    while (done < l->wlen) {
-        ssize_t w = pwrite(l->fd, l->wbuf + done, l->wlen - done, (off_t)(l->wpos + done));
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        done += (size_t)w;
-    }
-    l->wpos += l->wlen;
+    /* the user-space write buffer (with the open run) dies with the process */
+    l->run.open = 0;
     l->wlen = 0;
-    return RP_OK;
-}
-
-int rp_log_sync(rp_log_t *l) {
-    int rc = rp_log_flush(l);
-    if (rc)
-        return rc;
-    if (fdatasync(l->fd) < 0)
-        return -errno;
-    l->synced = l->appended;
-    return RP_OK;
-}
-
-static int roll(rp_log_t *l) {
-    int rc = rp_log_sync(l);
-    if (rc)
-        return rc;
-    uint64_t no = l->segs[l->nsegs - 1].no + 1;
-    if (seg_add(l, no))
-        return RP_ENOMEM;
-    char *path = seg_path(l, no);
-    if (!path)
-        return RP_ENOMEM;
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    free(path);
-    if (fd < 0)
-        return -errno;
-    close(l->fd);
-    l->fd = fd;
-    l->wpos = 0;
-    int dfd = open(l->dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
-    }
-    return RP_OK;
-}
-
-int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t label,
-                  int64_t t, const uint8_t *payload, uint32_t plen) {
-    if (plen > RP_LOG_MAX_PAYLOAD)
-        return RP_EINVAL;
-    int64_t sid = rp_log_stream(l, sender, inc);
-    if (sid < 0)
-        return (int)sid;
-    /* Below the GC frontier the record was stable everywhere and is gone:
-     * logging it again would only bring back what GC already collected. */
-    if (seq < l->streams[sid].gc_below || lp_get(&l->streams[sid].idx, seq))
-        return 1;
-    uint32_t reclen = RP_LOG_HDR + plen;
-    rp_lseg_t *seg = &l->segs[l->nsegs - 1];
-    if (seg->size && seg->size + reclen > l->seg_limit) {
-        int rc = roll(l);
-        if (rc)
-            return rc;
-        seg = &l->segs[l->nsegs - 1];
-    }
-    if (l->wlen + reclen > l->wcap) {
-        int rc = rp_log_flush(l);
-        if (rc)
-            return rc;
-    }
-    uint8_t *r = l->wbuf + l->wlen;
-    rp_st32(r + 4, reclen);
-    rp_st32(r + 8, sender);
-    rp_st32(r + 12, inc);
-    rp_st64(r + 16, seq);
-    rp_st64(r + 24, label);
-    rp_st64(r + 32, (uint64_t)t);
-    rp_st32(r + 40, 0);
-    rp_st32(r + 44, plen);
-    if (plen)
-        memcpy(r + RP_LOG_HDR, payload, plen);
-    rp_st32(r, rp_crc32c(0, r + 4, reclen - 4));
-    uint64_t off = l->wpos + l->wlen;
-    if (lp_set(&l->streams[sid].idx, seq, POS(seg->no, off) + 1))
-        return RP_ENOMEM;
-    l->wlen += reclen;
-    seg->size += reclen;
-    seg_note(seg, (uint32_t)sid, seq);
-    stream_note(&l->streams[sid], seq);
-    l->appended++;
-    l->bytes += reclen;
-    return RP_OK;
-}
-
-/* ---- read -------------------------------------------------------------- */
-
-int rp_log_has(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq) {
-    uint64_t *v = rp_hmap_get(&l->sindex, ((uint64_t)sender << 32) | inc, 0);
-    return v && lp_get(&l->streams[*v].idx, seq) != 0;
-}
-
-long rp_log_read(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, const uint8_t **payload,
-                 uint64_t *label) {
-    uint64_t *v = rp_hmap_get(&l->sindex, ((uint64_t)sender << 32) | inc, 0);
-    if (!v)
-        return -1;
-    uint64_t pv = lp_get(&l->streams[*v].idx, seq);
-    if (!pv)
-        return -1;
-    uint64_t segno = POS_SEG(pv - 1), off = POS_OFF(pv - 1);
-    const uint8_t *r;
-    rp_lseg_t *cur = &l->segs[l->nsegs - 1];
-    if (segno == cur->no && off >= l->wpos) {
-        r = l->wbuf + (off - l->wpos);          /* still in the write buffer */
-    } else {
-        int fd = l->fd;
-        int own = 0;
-        if (segno != cur->no) {
-            char *path = seg_path(l, segno);
-            if (!path)
-                return RP_ENOMEM;
-            fd = open(path, O_RDONLY);
-            free(path);
-            if (fd < 0)
-                return -2;
-            own = 1;
-        }
-        ssize_t k = pread(fd, l->rbuf, RP_LOG_HDR, (off_t)off);
-        long rc = 0;
-        if (k != RP_LOG_HDR) {
-            rc = -2;
-        } else {
-            uint32_t reclen = rp_ld32(l->rbuf + 4);
-            if (reclen < RP_LOG_HDR || reclen > l->rcap) {
-                rc = -3;
-            } else if (reclen > RP_LOG_HDR &&
-                       pread(fd, l->rbuf + RP_LOG_HDR, reclen - RP_LOG_HDR,
-                             (off_t)(off + RP_LOG_HDR)) != (ssize_t)(reclen - RP_LOG_HDR)) {
-                rc = -2;
-            }
-        }
-        if (own)
-            close(fd);
-        if (rc)
-            return rc;
-        r = l->rbuf;
-    }
-    uint32_t reclen = rp_ld32(r + 4);
-    if (rp_crc32c(0, r + 4, reclen - 4) != rp_ld32(r) || rp_ld64(r + 16) != seq)
-        return -3;
-    *payload = r + RP_LOG_HDR;
-    if (label)
-        *label = rp_ld64(r + 24);
-    return (long)rp_ld32(r + 44);
+    release(l);
 }
 
 /* ---- GC ---------------------------------------------------------------- */
@@ -636,20 +1659,17 @@ int64_t rp_log_gc(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t below) {
     rp_lstream_t *s = &l->streams[sid];
     if (below <= s->gc_below)
         return 0;
-    int64_t dropped = 0;
-    if (s->count) {
-        uint64_t from = s->min_seq > s->gc_below ? s->min_seq : s->gc_below;
-        uint64_t to = below < s->max_seq + 1 ? below : s->max_seq + 1;
-        for (uint64_t q = from; q < to; q++)
-            if (lp_get(&s->idx, q)) {
-                lp_set(&s->idx, q, 0);
-                dropped++;
-            }
-        s->count -= (uint64_t)dropped;
-    }
+    if (l->run.open && l->run.sid == (uint32_t)sid)
+        run_close(l);            /* its index entry may be trimmed */
+    uint64_t dropped = ridx_trim(&s->idx, below);
+    l->rgen++;
+    s->count -= dropped;
+    if (s->count)
+        s->min_seq = ridx_min(&s->idx);
     s->gc_below = below;
+    rp_iset_remove(&s->damaged, 0, below - 1);
     rp_log_gc_segments(l);
-    return dropped;
+    return (int64_t)dropped;
 }
 
 int rp_log_gc_segments(rp_log_t *l) {
@@ -670,6 +1690,8 @@ int rp_log_gc_segments(rp_log_t *l) {
             unlink(path);
             free(path);
         }
+        if (l->rseg == s->no)
+            l->rseg = UINT64_MAX;
         seg_free(s);
         deleted++;
     }

@@ -2,12 +2,14 @@
 
 #include <stdlib.h>
 
+#include "catchup.h"
+
 const char *const rp_node_counter_names[RP_C__COUNT] = {
     "sent", "rx_dgrams", "rx_bad", "rx_own", "rx_new", "rx_fill", "rx_dup", "rx_far",
     "rx_dropped_full", "gaps", "gap_ids", "repairs_peer", "repairs_logger", "filled_other",
     "delivered", "purged", "forgotten", "served", "serve_limited", "gcnote_ids",
     "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
-    "purged_buffer", "purged_notices",
+    "purged_buffer", "purged_notices", "catchup_queued", "catchup_again", "catchup_refused",
 };
 
 int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
@@ -73,6 +75,7 @@ static void peer_free(rp_peer_t *p) {
     rp_seqtrack_free(&p->st);
     rp_iset_free(&p->lmissing);
     rp_iset_free(&p->inflight);
+    rp_iset_free(&p->lflight);
     if (p->q) {
         rp_srbq_free(p->q);
         free(p->q);
@@ -93,6 +96,7 @@ void rp_node_free(rp_node_t *n) {
     rp_hmap_free(&n->pindex);
     rp_sigvec_free(&n->hbsig);
     rp_trace_free(&n->trace);
+    rp_catchup_free(n);
     if (n->conflate)
         rp_conflate_free(&n->latest);
     free(n->ctl);
@@ -139,7 +143,7 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     p->gossip_cursor = base;
     p->last_heard = INT64_MIN;
     if (rp_seqtrack_init(&p->st, base, n->max_gap, 0) || rp_iset_init(&p->lmissing, 4, 0) ||
-        rp_iset_init(&p->inflight, 4, 0))
+        rp_iset_init(&p->inflight, 4, 0) || rp_iset_init(&p->lflight, 4, 0))
         goto fail;
     if (n->fifo && !n->no_deliver) {   /* a logger delivers nothing: no queue to grow */
         p->q = (rp_srbq_t *)malloc(sizeof(rp_srbq_t));
@@ -744,6 +748,8 @@ size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t from, ui
         return diff_clip(&p->st.missing, &p->lmissing, from, upto, out, max);
     case RP_PHASE_LOGGER:
         return diff_clip(&p->lmissing, NULL, from, upto, out, max);
+    case RP_PHASE_LOGGER_NEW:
+        return diff_clip(&p->lmissing, &p->lflight, from, upto, out, max);
     case RP_PHASE_ALL:
         return diff_clip(&p->st.missing, NULL, from, upto, out, max);
     default: {          /* RP_PHASE_NEW (and anything else, as before) */
@@ -781,6 +787,56 @@ int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64
     }
     n->c[RP_C_TO_LOGGER_IDS] += (uint64_t)moved;
     return moved;
+}
+
+void rp_node_lflight_mark(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (p && lo <= hi)
+        rp_iset_add(&p->lflight, lo, hi);
+}
+
+/* *f := *f ∩ a, both sorted: one merge walk.  Returns the count kept. */
+static uint64_t intersect_into(rp_iset_t *f, const rp_iset_t *a) {
+    if (!f->n)
+        return 0;
+    rp_iset_t keep;
+    if (rp_iset_init(&keep, f->n, 0))
+        return f->count;
+    uint32_t i = 0, j = 0;
+    while (i < f->n && j < a->n) {
+        uint64_t lo = f->v[i].lo > a->v[j].lo ? f->v[i].lo : a->v[j].lo;
+        uint64_t hi = f->v[i].hi < a->v[j].hi ? f->v[i].hi : a->v[j].hi;
+        if (lo <= hi && rp_iset_add(&keep, lo, hi) < 0)
+            break;
+        if (f->v[i].hi < a->v[j].hi)
+            i++;
+        else
+            j++;
+    }
+    rp_iset_free(f);
+    *f = keep;
+    return f->count;
+}
+
+uint64_t rp_node_lflight_prune(rp_node_t *n, uint32_t slot) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    return p ? intersect_into(&p->lflight, &p->lmissing) : 0;
+}
+
+uint64_t rp_node_inflight_prune(rp_node_t *n, uint32_t slot) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (!p)
+        return 0;
+    intersect_into(&p->inflight, &p->st.missing);
+    for (uint32_t j = 0; j < p->lmissing.n && p->inflight.n; j++)
+        rp_iset_remove(&p->inflight, p->lmissing.v[j].lo, p->lmissing.v[j].hi);
+    return p->inflight.count;
+}
+
+void rp_node_lflight_clear(rp_node_t *n, uint32_t slot) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (p)
+        rp_iset_clear(&p->lflight);
 }
 
 int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {

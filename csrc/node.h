@@ -39,6 +39,7 @@ enum {
     RP_PHASE_LOGGER = 1,   /* the logger phase */
     RP_PHASE_ALL = 2,      /* both */
     RP_PHASE_NEW = 3,      /* gossip phase, not asked for since the last full round */
+    RP_PHASE_LOGGER_NEW = 4, /* logger phase, not asked of a logger yet (or given up waiting) */
 };
 
 /* Counters (rp_node_t.c[]).  Names in rp_node_counter_names. */
@@ -71,6 +72,9 @@ enum {
     RP_C_SERVED_FROM_LOG,  /* logger: repairs read back from disk */
     RP_C_PURGED_BUFFER,    /* FIFO-SRB: obsolete messages purged from a retransmission buffer (TP5) */
     RP_C_PURGED_NOTICES,   /* FIFO-SRB: "purged, superseded by" answers sent */
+    RP_C_CATCHUP_QUEUED,   /* logger: ids queued to stream from the log (catchup.h) */
+    RP_C_CATCHUP_AGAIN,    /* logger: ids asked for while already queued for the requester */
+    RP_C_CATCHUP_REFUSED,  /* logger: ids not queued (queue bounds); asked again later */
     RP_C__COUNT
 };
 
@@ -92,6 +96,7 @@ typedef struct {
     rp_seqtrack_t st;
     rp_iset_t lmissing;        /* logger-phase subset of st.missing */
     rp_iset_t inflight;        /* gossip-phase ids asked for since the last full round */
+    rp_iset_t lflight;         /* logger-phase ids asked of a logger, not yet arrived */
     uint64_t idle_seq;         /* RP_NOT_IDLE unless known idle at idle_seq */
     uint64_t gossip_cursor;    /* where the next digest starts (rotation) */
     int64_t last_heard;        /* ns */
@@ -168,6 +173,8 @@ typedef struct {
     rp_trace_t trace;
     /* a logger's log (owned by the caller), or NULL */
     rp_log_t *log;
+    /* a logger's paced catch-up queues (catchup.h), or NULL */
+    struct rp_catchup *cu;
     /* latest value per (sender, label): 0 off, 1 on, 2 on and labelled
      * messages are not queued for delivery (consumers read only the table) */
     uint8_t conflate;
@@ -265,6 +272,18 @@ size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t from, ui
 /* Move [lo, hi] ∩ missing of a peer to the logger phase (a GcNOTE).
  * Returns ids moved. */
 int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
+
+/* Catch-up from a logger (the requester's side): ids of a peer asked of a
+ * logger are in flight until they arrive; rp_node_missing's
+ * RP_PHASE_LOGGER_NEW leaves them out.  mark adds [lo, hi]; prune drops
+ * what arrived (or left the logger phase) and returns how many are still
+ * in flight; clear gives up waiting for all of them. */
+void rp_node_lflight_mark(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);
+uint64_t rp_node_lflight_prune(rp_node_t *n, uint32_t slot);
+void rp_node_lflight_clear(rp_node_t *n, uint32_t slot);
+/* The same for the gossip phase: ids asked of peers (p->inflight) that are
+ * still missing and still in the gossip phase; returns how many. */
+uint64_t rp_node_inflight_prune(rp_node_t *n, uint32_t slot);
 
 /* Give up on [lo, hi] of a peer (lost, purged, or not wanted any more). */
 int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi);

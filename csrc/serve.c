@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "catchup.h"
 #include "digest.h"
 
 void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst) {
@@ -85,7 +86,7 @@ static int repair_from_log(serve_t *s, uint64_t id) {
     uint64_t label;
     long plen = rp_log_read(n->log, s->sender, s->inc, id, &pl, &label);
     if (plen < 0) {
-        n->c[RP_C_LOG_ERRORS]++;
+        n->c[RP_C_LOG_ERRORS]++;    /* damaged: a logger answers it as lost */
         return 0;
     }
     int lab = label != RP_SRB_NOLABEL;
@@ -152,6 +153,81 @@ static void add_all(rp_iset_t *set, const rp_ival_t *iv, size_t niv) {
             rp_iset_add(set, iv[k].lo, iv[k].hi);
 }
 
+/* Ids [a, b] a logger's log does not hold: purged (FIFO-SRB), or left
+ * for the control plane to answer. */
+static void hole(serve_t *s, uint64_t a, uint64_t b, rp_iset_t *left_out) {
+    rp_node_t *n = s->n;
+    if (!n->srb_w) {
+        if (left_out)
+            rp_iset_add(left_out, a, b);
+        return;
+    }
+    for (uint64_t id = a;; id++) {
+        uint64_t sup;
+        if (rp_node_srb_purged_by(n, s->sender, s->inc, id, &sup))
+            answer_purged(s, id, sup);
+        else if (left_out)
+            rp_iset_add(left_out, id, id);
+        if (id == b)
+            break;
+    }
+}
+
+/* A logger with catch-up queues: the logged ids among the first max_scan
+ * asked go to dest's queue (catchup.h) and are streamed from there, paced;
+ * the rest are left for the control plane (or answered PURGED). */
+static size_t serve_queued(serve_t *s, const rp_ival_t *iv, size_t niv, rp_iset_t *left_out) {
+    rp_node_t *n = s->n;
+    int64_t sid = rp_log_find_stream(n->log, s->sender, s->inc);
+    rp_iset_t cov;
+    if (rp_iset_init(&cov, 8, 0)) {
+        if (left_out)
+            add_all(left_out, iv, niv);
+        return 0;
+    }
+    uint64_t scan = n->max_scan;    /* ids still to examine */
+    for (size_t k = 0; k < niv; k++) {
+        uint64_t lo = iv[k].lo, hi = iv[k].hi;
+        if (lo > hi)
+            continue;
+        if (!scan) {
+            if (left_out)
+                rp_iset_add(left_out, lo, hi);
+            continue;
+        }
+        uint64_t end = hi - lo >= scan ? lo + scan - 1 : hi;
+        scan -= end - lo + 1;
+        if (left_out && end < hi)
+            rp_iset_add(left_out, end + 1, hi);
+        if (sid >= 0)
+            rp_log_cover(n->log, (uint32_t)sid, lo, end, &cov);
+        /* the holes of [lo, end] in what the log holds */
+        uint64_t q = lo, nx;
+        while (q <= end) {
+            uint64_t stop = end;
+            int more = rp_iset_next(&cov, q, &nx) && nx <= end;
+            if (more)
+                stop = nx - 1;
+            if (!more || nx > q)
+                hole(s, q, stop, left_out);
+            if (!more)
+                break;
+            int64_t at = rp_iset_find(&cov, nx);
+            if (at < 0 || cov.v[at].hi >= end)
+                break;
+            q = cov.v[at].hi + 1;
+        }
+    }
+    if (s->npurged)
+        emit_purged(s);
+    if (cov.n)
+        rp_catchup_add(n, s->dest, s->sender, s->inc, &cov, s->now);
+    rp_iset_free(&cov);
+    /* answer at once what the requester's tokens allow */
+    size_t sent = rp_catchup_drain(n, s->now);
+    return sent;
+}
+
 size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
                      uint64_t dest, int from_logger, rp_iset_t *gc_out, rp_iset_t *left_out,
                      int64_t now) {
@@ -168,6 +244,8 @@ size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_
         }
         s.p = n->peers[s.slot];
     }
+    if (n->cu && n->log)
+        return serve_queued(&s, iv, niv, left_out);
     rp_tb_refill(&n->repair_rate, now);
     uint64_t scan = n->max_scan;    /* ids still to examine */
     for (size_t k = 0; k < niv; k++) {

@@ -107,6 +107,8 @@ class Config:
     log_min_keep: float = 30.0            # keep stable messages this long: a receiver that crashed
                                           # after receiving but before checkpointing gets them again
     logger_report_interval: float = 1.0   # members report their frontiers to a logger at least this often
+    catchup_rate: float = 1_000_000.0     # msgs/s a logger streams from its log to one member catching
+                                          # up (paced per requester; 0 = unpaced)
 
     # FIFO-SRB (semantic reliability)
     srb_window: int = 0                   # sender window w; 0 = off
@@ -173,6 +175,8 @@ class Config:
              f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
         need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
         need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
+        need(isinstance(self.catchup_rate, (int, float)) and self.catchup_rate >= 0,
+             f"catchup_rate must be >= 0 msgs/s (0 = unpaced), got {self.catchup_rate!r}")
         need(self.log_min_keep >= 0, "log_min_keep must be >= 0 seconds")
         need(self.sponsors >= 1, "sponsors must be at least 1")
         need(self.ack_loggers >= 1, "ack_loggers must be at least 1")

@@ -381,27 +381,48 @@ cdef extern from "logstore.h" nogil:
     enum:
         RP_LOG_HDR
         RP_LOG_MAX_PAYLOAD
+        RP_LOG_VERSION
+        RP_LOG_ABSENT
+        RP_LOG_IOERR
+        RP_LOG_DAMAGED
     uint32_t rp_crc32c(uint32_t crc, const void *data, size_t length)
     uint32_t rp_crc32c_sw(uint32_t crc, const void *data, size_t length)
     ctypedef struct rp_lstream_t:
         uint32_t sender, inc
         uint64_t gc_below, count, min_seq, max_seq
+        rp_iset_t damaged
     ctypedef struct rp_log_t:
         uint32_t nsegs
         uint32_t nstreams
         rp_lstream_t *streams
-        uint64_t appended, synced, bytes
-        uint64_t rec_records, rec_bad, rec_truncated_bytes
+        uint64_t appended, synced, bytes, runs
+        uint64_t n_preads, n_syncs
+        uint64_t rec_records, rec_runs, rec_bad, rec_truncated_bytes
+        uint64_t rec_damaged_records, rec_damaged_ids, rec_damaged_bytes, rec_repaired
+        uint64_t rec_converted, rd_damaged
     int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit)
     void rp_log_close(rp_log_t *l)
     void rp_log_abandon(rp_log_t *l)
+    int64_t rp_log_find_stream(const rp_log_t *l, uint32_t sender, uint32_t inc)
     int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint64_t label,
                       int64_t t, const uint8_t *payload, uint32_t plen)
     int rp_log_flush(rp_log_t *l)
     int rp_log_sync(rp_log_t *l)
+    int rp_log_sync_start(rp_log_t *l, uint64_t *epoch)
+    uint64_t rp_log_synced_epoch(rp_log_t *l, int *err)
+    int rp_log_wait_synced(rp_log_t *l, uint64_t epoch)
     int rp_log_has(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq)
+    int rp_log_durable(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq)
     long rp_log_read(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq,
                      const uint8_t **payload, uint64_t *label)
+    ctypedef struct rp_log_cursor_t:
+        uint64_t seq
+    int rp_log_seek(rp_log_t *l, rp_log_cursor_t *c, uint32_t sender, uint32_t inc, uint64_t seq)
+    long rp_log_next(rp_log_t *l, rp_log_cursor_t *c, uint64_t hi, uint64_t *seq, const uint8_t **payload,
+                     uint64_t *label)
+    int64_t rp_log_cover(const rp_log_t *l, uint32_t sid, uint64_t lo, uint64_t hi, rp_iset_t *out)
+    void rp_log_intervals(const rp_log_t *l, uint32_t sid, void (*fn)(void *, uint64_t, uint64_t) noexcept nogil,
+                          void *arg)
     int64_t rp_log_gc(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t below)
     int rp_log_gc_segments(rp_log_t *l)
 
@@ -431,6 +452,7 @@ cdef extern from "node.h" nogil:
         RP_PHASE_LOGGER
         RP_PHASE_ALL
         RP_PHASE_NEW
+        RP_PHASE_LOGGER_NEW
     enum:
         RP_C__COUNT
         RP_C_LOGGED
@@ -440,6 +462,7 @@ cdef extern from "node.h" nogil:
         rp_seqtrack_t st
         rp_iset_t lmissing
         rp_iset_t inflight
+        rp_iset_t lflight
         uint64_t idle_seq
         uint64_t gossip_cursor
         int64_t last_heard
@@ -510,6 +533,10 @@ cdef extern from "node.h" nogil:
                            rp_ival_t *out, size_t mx)
     int64_t rp_node_to_logger_phase(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
     int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
+    void rp_node_lflight_mark(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi)
+    uint64_t rp_node_lflight_prune(rp_node_t *n, uint32_t slot)
+    void rp_node_lflight_clear(rp_node_t *n, uint32_t slot)
+    uint64_t rp_node_inflight_prune(rp_node_t *n, uint32_t slot)
     uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes)
     uint64_t rp_node_stable(rp_node_t *n, uint32_t slot, uint64_t below)
     uint64_t rp_node_srb_safe(rp_node_t *n, uint32_t slot, uint64_t upto)
@@ -548,6 +575,12 @@ cdef extern from "serve.h" nogil:
     void rp_served_free(rp_served_t *s)
     int rp_node_serve_missing(rp_node_t *n, const uint8_t *body, size_t length, uint64_t dest,
                               unsigned peers, unsigned own, int64_t now, rp_served_t *out)
+
+
+cdef extern from "catchup.h" nogil:
+    int rp_catchup_enable(rp_node_t *n, double rate, double burst, uint32_t per_call)
+    size_t rp_catchup_drain(rp_node_t *n, int64_t now)
+    uint64_t rp_catchup_pending(const rp_node_t *n)
 
 
 cdef extern from "udpio.h" nogil:

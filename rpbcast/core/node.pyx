@@ -26,12 +26,14 @@ DEST_MCAST = RP_DEST_MCAST
 SELF_SLOT = RP_SELF_SLOT
 NO_SLOT = RP_NO_SLOT
 NOLABEL = RP_SRB_NOLABEL
+SEQ_LIMIT = RP_SEQ_LIMIT      # sequence numbers a tracker holds lie below this
 
 # Repair phases of missing ids (csrc/node.h).
 PHASE_GOSSIP = RP_PHASE_GOSSIP
 PHASE_LOGGER = RP_PHASE_LOGGER
 PHASE_ALL = RP_PHASE_ALL
 PHASE_NEW = RP_PHASE_NEW      # gossip phase, not asked for since the last full round
+PHASE_LOGGER_NEW = RP_PHASE_LOGGER_NEW   # logger phase, not asked of a logger (or given up waiting)
 
 # How serve_missing answers a section (csrc/serve.h).
 SERVE_FROM_LOGGER = RP_SERVE_FROM_LOGGER
@@ -131,6 +133,60 @@ cdef class Node:
         self.log = log
         self.n.log = &log.l if log is not None else NULL
 
+    def enable_catchup(self, double rate, double burst=0, uint32_t per_call=4096):
+        """Serve requests from the log through paced per-requester queues
+        (csrc/catchup.h): ``rate`` messages/s per requester (0: unpaced),
+        ``burst`` tokens saved up (default: 2 ms worth), at most
+        ``per_call`` messages per catchup_drain."""
+        if self.n.log == NULL:
+            raise ValueError("catch-up serves from a log: attach_log first")
+        if burst <= 0:
+            burst = max(64.0, rate * 0.002)
+        if rp_catchup_enable(&self.n, rate, burst, per_call) != RP_OK:
+            raise MemoryError()
+
+    def catchup_drain(self, int64_t now):
+        """Stream a little of every requester's queue (within its tokens and
+        per_call); returns the REPAIRs queued."""
+        return rp_catchup_drain(&self.n, now)
+
+    @property
+    def catchup_pending(self):
+        """Ids waiting in the catch-up queues."""
+        return rp_catchup_pending(&self.n)
+
+    def mark_received_intervals(self, uint32_t slot, intervals):
+        """Record the ids of ``intervals`` ((n, 2), ascending) as received
+        without a payload (a logger rebuilding its trackers from its log):
+        memory by intervals, never by seq span.  Intervals more than
+        max_gap ahead of what is known are refused.  Returns ids marked."""
+        cdef rp_peer_t *p = self.peer_at(slot)
+        a = np.ascontiguousarray(intervals, dtype=np.uint64).reshape(-1, 2)
+        cdef const uint64_t[:, ::1] v = a
+        cdef size_t i
+        cdef uint64_t lo, hi, glo, ghi, marked = 0
+        cdef int r
+        for i in range(a.shape[0]):
+            lo = v[i, 0]
+            hi = v[i, 1]
+            if hi >= RP_SEQ_LIMIT:
+                hi = RP_SEQ_LIMIT - 1
+            if lo > hi or hi < p.st.base:
+                continue
+            if lo < p.st.base:
+                lo = p.st.base
+            if lo < p.st.next:
+                marked += rp_seqtrack_forget(&p.st, lo, hi if hi < p.st.next else p.st.next - 1)
+                if hi < p.st.next:
+                    continue
+                lo = p.st.next
+            r = rp_seqtrack_accept(&p.st, lo, &glo, &ghi)
+            if r != RP_ACC_NEW and r != RP_ACC_FILL:
+                continue
+            marked += hi - lo + 1
+            p.st.next = hi + 1
+        return marked
+
     @property
     def hold_send(self):
         return bool(self.n.hold_send)
@@ -175,6 +231,7 @@ cdef class Node:
             "slot": slot, "id": p.id, "inc": p.inc, "next": p.st.next, "base": p.st.base,
             "contiguous": rp_seqtrack_contiguous(&p.st), "missing": p.st.missing.count,
             "missing_logger": p.lmissing.count, "inflight": p.inflight.count,
+            "logger_inflight": p.lflight.count,
             "idle_seq": None if p.idle_seq == RP_NOT_IDLE else p.idle_seq,
             "last_heard": p.last_heard, "addr": p.addr, "dead": bool(p.dead),
             "rx_new": p.rx_new, "rx_fill": p.rx_fill, "rx_dup": p.rx_dup,
@@ -464,6 +521,34 @@ cdef class Node:
         cdef rp_peer_t *p = self.peer_at(slot)
         rp_iset_add(&p.inflight, lo, hi)
 
+    def logger_inflight_mark(self, uint32_t slot, uint64_t lo, uint64_t hi):
+        """Ids [lo, hi] of slot were asked of a logger: leave them out of
+        PHASE_LOGGER_NEW until they arrive or the wait is given up."""
+        self.peer_at(slot)
+        rp_node_lflight_mark(&self.n, slot, lo, hi)
+
+    def logger_inflight(self, uint32_t slot):
+        """Ids of slot asked of a logger and still missing (what arrived is
+        dropped from the set first)."""
+        self.peer_at(slot)
+        return rp_node_lflight_prune(&self.n, slot)
+
+    def logger_inflight_clear(self, uint32_t slot):
+        """Stop waiting: every id asked of a logger may be asked again."""
+        self.peer_at(slot)
+        rp_node_lflight_clear(&self.n, slot)
+
+    def inflight(self, uint32_t slot):
+        """Gossip-phase ids of slot asked of peers and still missing there
+        (what arrived or went to the logger phase is dropped first)."""
+        self.peer_at(slot)
+        return rp_node_inflight_prune(&self.n, slot)
+
+    def clear_inflight_of(self, uint32_t slot):
+        """Stop waiting for the ids of slot asked of peers: ask again."""
+        cdef rp_peer_t *p = self.peer_at(slot)
+        rp_iset_clear(&p.inflight)
+
     def clear_inflight(self):
         cdef uint32_t i
         for i in range(self.n.npeers):
@@ -647,6 +732,16 @@ cdef class Node:
         d["out_dgrams"] = self.n.out.n_dgrams
         d["out_bytes"] = self.n.out.n_bytes
         d["trace_dropped"] = self.n.trace.dropped
+        if self.n.log != NULL:
+            # what the log's recovery found and what later reads found
+            # damaged: lost for good here, never silently (docs/api.md)
+            d["log_damaged_records"] = self.n.log.rec_damaged_records + self.n.log.rd_damaged
+            d["log_damaged_ids"] = self.n.log.rec_damaged_ids
+            d["log_damaged_bytes"] = self.n.log.rec_damaged_bytes
+            d["log_repaired_records"] = self.n.log.rec_repaired
+            d["log_truncated_bytes"] = self.n.log.rec_truncated_bytes
+            d["log_synced"] = self.n.log.synced
+            d["catchup_pending"] = rp_catchup_pending(&self.n)
         return d
 
     @property

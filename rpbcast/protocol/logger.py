@@ -4,15 +4,22 @@ A logger is a member that also
   * appends every message it receives to its log on stable storage (the C
     data plane does the append; this module decides when to fsync),
   * acknowledges senders (LOGACK) with what a completed sync covers, so a
-    sender's buffer only lets go of durable messages,
-  * serves repairs from the log (again in the data plane) and answers for
-    what it cannot serve: GAPNOTE for ids collected or lost for good,
+    sender's buffer only lets go of durable messages.  With fsync =
+    "interval" the sync is a group commit: the log's own thread fdatasyncs
+    while the loop goes on receiving, and a frontier becomes an ACK once
+    the sync that covers it completed;
+  * serves repairs from the log (again in the data plane): requests join
+    per-requester queues streamed a little at every timer tick, paced
+    (Config.catchup_rate), so a member catching up gets each id about once
+    and the live stream keeps being logged; answers for what it cannot
+    serve: GAPNOTE for ids collected, lost for good, or damaged on disk,
   * collects its log by stability: a message goes once every current member
     has acknowledged it, the acknowledgment derived from the frontiers members
     report in their gossip (LoggerGC, §5.2), with a retention timeout as the
     failsafe for members that never come back,
-  * recovers after a restart: the log is scanned (torn tail cut off) and the
-    per-sender trackers are rebuilt from it, so nothing acknowledged is lost,
+  * recovers after a restart: the log is scanned (a torn tail cut off,
+    damage reported and its ids answered as lost) and the per-sender
+    trackers are rebuilt from it, so nothing acknowledged is lost silently,
   * runs its own logger phase against the original sender, and declares ids
     of a dead incarnation lost once nobody can supply them.
 
@@ -27,7 +34,7 @@ import collections
 
 from rpbcast.core import wire
 from rpbcast.core.logstore import LogStore
-from rpbcast.core.node import DEST_MCAST, PHASE_ALL, PHASE_LOGGER
+from rpbcast.core.node import DEST_MCAST, PHASE_ALL, PHASE_LOGGER, SEQ_LIMIT
 from rpbcast.protocol.extension import Extension
 from rpbcast.protocol.membership import ROLE_LOGGER
 
@@ -35,6 +42,8 @@ NS = 1_000_000_000
 T = wire.MsgType
 ACK_REFRESH_NS = 250_000_000     # re-send the latest LOGACK this often (ACKs get lost)
 GC_EVERY_NS = 1_000_000_000
+CATCHUP_TICK_NS = 1_000_000      # drain the catch-up queues this often while they hold ids
+NEVER = 1 << 62
 
 
 class LoggerRole(Extension):
@@ -53,15 +62,9 @@ class LoggerRole(Extension):
             self.log = LogStore(cfg.log_dir)
         node = ctx.node
         node.attach_log(self.log)
+        node.enable_catchup(cfg.catchup_rate)
         self.recovered = {}
-        # Rebuild trackers: what is on disk counts as received.  Start each
-        # stream at its oldest record: older ones were collected.
-        for sender, inc, count, lo, hi in self.log.streams():
-            if not count:
-                continue
-            slot = node.peer(sender, inc, lo)
-            node.mark_received(slot, self.log.seqs(sender, inc))
-            self.recovered[(sender, inc)] = count
+        self._recover(now)
         self.durable = {}          # slot -> frontier covered by a sync
         self.sent = {}             # slot -> (frontier, time) of the last LOGACK
         self.reports = {}          # member id -> {(sender, inc): frontier}
@@ -73,10 +76,39 @@ class LoggerRole(Extension):
         self.next_sync = now
         self.next_ack = now
         self.next_gc = now + GC_EVERY_NS
+        self.next_drain = NEVER
+        self.committing = None     # (epoch, frontiers) of the group commit under way
         self.dead_since = {}       # slot -> time first seen dead
         self.lost = {}             # (sender, inc) -> [(lo, hi)] declared lost
         self._rtx_turn = 0
-        self._snapshot()
+        self._snapshot_into(self.durable)     # recovered records were synced at open
+
+    def _recover(self, now):
+        """Rebuild trackers: what is on disk counts as received.  Each
+        stream starts at its oldest record (older ones were collected);
+        ids whose record is damaged are known, and lost (never asked
+        for, answered with GAPNOTE lost)."""
+        node = self.ctx.node
+        for sender, inc, count, lo, hi in self.log.streams():
+            damaged = self.log.damaged(sender, inc)
+            if not count and not len(damaged):
+                continue
+            iv = self.log.intervals(sender, inc)
+            firsts = [int(iv[0, 0])] if len(iv) else []
+            if len(damaged):
+                firsts.append(int(damaged[0, 0]))
+            base = min(firsts)
+            if base >= SEQ_LIMIT:
+                continue               # nothing a tracker can hold (a forged seq)
+            slot = node.peer(sender, inc, base)
+            node.mark_received_intervals(slot, iv)
+            if len(damaged):
+                top = int(damaged[-1, 1])
+                if top < SEQ_LIMIT and top >= node.peer_next(slot):
+                    node.heartbeat(slot, top, False, now)
+                for a, b in damaged.tolist():
+                    node.forget(slot, a, b)
+            self.recovered[(sender, inc)] = count
 
     @property
     def needs_every_rx(self):
@@ -90,20 +122,38 @@ class LoggerRole(Extension):
 
     # ------------------------------------------------------------------ timers
     def get_timer(self):
-        return min(self.next_sync, self.next_ack, self.next_gc)
+        return min(self.next_sync, self.next_ack, self.next_gc, self.next_drain)
 
     def _sync(self):
-        cfg = self.ctx.cfg
-        if cfg.fsync == "never":
+        """Make everything logged durable now, and its frontiers ACKs:
+        flush only for fsync "never", else flush and fdatasync, waiting."""
+        if self.ctx.cfg.fsync == "never":
             self.log.flush()
         else:
             self.log.sync()
-        self._snapshot()
+        self.committing = None        # that covered it too
+        self._snapshot_into(self.durable)
 
-    def _snapshot(self):
+    def _commit(self):
+        """Group commit (fsync "interval"), one per fsync_interval: the
+        sync started at the previous tick has covered its frontiers --
+        wait for it only if the disk took longer than an interval -- and
+        they become ACKs; the next sync starts with the frontiers of now
+        and the loop goes on receiving while the log's thread syncs."""
+        if self.committing is not None:
+            epoch, frontiers = self.committing
+            self.log.wait_synced(epoch)
+            self.durable.update(frontiers)
+        frontiers = {}
+        # taken with the flush: every id below them is in what this sync
+        # covers (a received id is logged before it counts as received)
+        self._snapshot_into(frontiers)
+        self.committing = (self.log.sync_start(), frontiers)
+
+    def _snapshot_into(self, out):
         node = self.ctx.node
         for slot, pid, pinc in node.peer_ids():
-            self.durable[slot] = node.peer_contiguous(slot)
+            out[slot] = node.peer_contiguous(slot)
 
     def after_rx(self, now):
         logged = self.ctx.node.logged
@@ -114,8 +164,14 @@ class LoggerRole(Extension):
 
     def on_timer(self, now):
         cfg = self.ctx.cfg
+        node = self.ctx.node
+        if now >= self.next_drain:
+            node.catchup_drain(now)
+        self.next_drain = now + CATCHUP_TICK_NS if node.catchup_pending else NEVER
         if now >= self.next_sync:
-            if cfg.fsync != "always":
+            if cfg.fsync == "interval":
+                self._commit()
+            elif cfg.fsync == "never":
                 self._sync()
             self.next_sync = now + int(cfg.fsync_interval * NS)
         if now >= self.next_ack:
@@ -207,8 +263,16 @@ class LoggerRole(Extension):
 
     # ------------------------------------------------------------------ requests
     def on_request(self, sender, inc, intervals, src, now):
-        """After serving what the log holds: answer for the rest."""
+        """After serving what the log holds (or queueing it): answer for
+        the rest."""
         node = self.ctx.node
+        if node.catchup_pending and self.next_drain == NEVER:
+            self.next_drain = now + CATCHUP_TICK_NS
+        damaged = self.log.damaged(sender, inc)
+        if len(damaged) and len(intervals):
+            hit = _overlap(damaged, intervals)
+            if hit:
+                self.ctx.send_gapnote(src, sender, inc, hit, lost=True)
         if sender == node.node_id and inc == node.inc:
             # Our own stream: the log has all of it (publish logs first), so
             # a request for it is never news of a stream to pull.
@@ -288,3 +352,20 @@ class LoggerRole(Extension):
             node.forget(slot, a, b)
             self.ctx.post_event("lost", pid, pinc, a, b)
         self.lost.setdefault((pid, pinc), []).extend(runs)
+
+
+def _overlap(a, b):
+    """[(lo, hi)] where two sorted interval lists ((n, 2) arrays) meet."""
+    out = []
+    i = j = 0
+    a = a.tolist() if hasattr(a, "tolist") else a
+    b = sorted((int(x), int(y)) for x, y in (b.tolist() if hasattr(b, "tolist") else b))
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo <= hi:
+            out.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out

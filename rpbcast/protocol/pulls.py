@@ -1,24 +1,30 @@
-"""Immediate pulls (thesis §4.1: request on detection) and their retries.
+"""Immediate pulls (thesis §4.1: request on detection) and the gossip
+phase's requests in flight.
 
 When the data plane flags a gap, the missing ids go out at once in a pull
 (a GOSSIP with MISSING sections only) instead of waiting for the next gossip
-round, at most one pull per nack_min_interval.  A pull or its repair can be
-lost too: until its ids arrive, each pull is asked again on its own clock
-with the wait doubled, and left to the gossip rounds once the wait reaches
-the gossip interval -- that wait is what sets the tail latency under loss.
+round, at most one pull per nack_min_interval.
+
+Every id asked of a peer -- by a pull or a gossip round -- is in flight
+until it arrives (the data plane drops it from the set), and nobody asks for
+it again meanwhile: a repair already on its way would only be served twice.
+At most GOSSIP_WINDOW ids of a stream are in flight; as they arrive the next
+ones are asked.  What is in flight is asked again only when nothing of the
+stream arrived for a while: max(nack_retry, 2 x RTT) at first, doubling
+while nothing at all comes (up to the gossip interval) -- a lost pull or a
+lost repair costs about one repair, and a member far behind gets each id
+about once, at the pace its peers serve and it absorbs.
 """
 from __future__ import annotations
 
-import collections
-
-from rpbcast.core import wire
-from rpbcast.core.digest import decode as digest_decode
 from rpbcast.core.node import PHASE_GOSSIP, PHASE_NEW
 from rpbcast.protocol.membership import MEMBER, PENDING_LEAVE
 
 NS = 1_000_000_000
 NEVER = 1 << 62
 ACTIVE = (MEMBER, PENDING_LEAVE)
+GOSSIP_WINDOW = 4096              # gossip-phase ids in flight per stream
+REFILL_TICK_NS = 2_000_000        # look at the windows this often while ids are in flight
 
 
 def _ns(seconds: float) -> int:
@@ -34,10 +40,10 @@ class Pulls:
         self.repair = repair
         self.last_nack = -(1 << 62)
         self.next_nack = NEVER          # a deferred pull (nack_min_interval)
-        self.next_retry = NEVER
-        # Outstanding pulls: [due, backoff, [(slot, lo, hi)]], each retried
-        # on its own clock, only for what is still missing.
-        self._retries = collections.deque()
+        self.next_retry = NEVER         # the next look at what is in flight
+        # slot -> [ids in flight, time of the last arrival (or ask), wait before asking
+        #          again, the first wait]
+        self._wait = {}
         self._immediate = cfg.immediate_nack
         self._min_gap_ns = _ns(cfg.nack_min_interval)
         self._retry_ns = _ns(cfg.nack_retry)
@@ -62,28 +68,50 @@ class Pulls:
             self.next_nack = NEVER
             self.pull(now)
         if now >= self.next_retry:
-            self.retry(now)
+            self.check(now)
 
-    def pull(self, now):
-        """Pull the ids of gaps just seen."""
+    def room(self, slot):
+        """Ids of a stream that may be asked of peers now: the window's room
+        once half of it arrived, else none."""
+        out = self.node.inflight(slot)
+        return GOSSIP_WINDOW - out if out <= GOSSIP_WINDOW // 2 else 0
+
+    def pull(self, now, anyone=False):
+        """Pull the ids of gaps just seen (and of windows with room);
+        anyone: from a random peer (what was asked of the usual target did
+        not come back -- it may have crashed or collected it)."""
         node = self.node
         node.clear_nack()
         if self.e.group.status not in ACTIVE:
             return
         spans = []
         secs, nids = self.repair.missing_sections(PHASE_NEW, self._budget, rotate=False, from_start=True,
-                                                  spans=spans)
+                                                  spans=spans, room=self.room)
         if not secs:
             return
-        target = self._target(node.peer_key(spans[0][0])[0], now)
+        target = self.e.group.pick_target(now) if anyone else self._target(node.peer_key(spans[0][0])[0], now)
         if target is None:
+            for slot, lo, hi in spans:      # not asked after all
+                node.clear_inflight_of(slot)
             return
         self.repair.send_gossip(target, secs, now, nids)
         self.last_nack = now
+        self.asked(spans, now, target)
+
+    def asked(self, spans, now, target=None):
+        """Streams of spans [(slot, first, last)] were just asked of a peer
+        (a pull or a gossip round): start, or restart, their wait."""
         rto = self._rto(target)
-        self._retries.append([now + rto, rto, spans])
-        if now + rto < self.next_retry:
-            self.next_retry = now + rto
+        for slot, lo, hi in spans:
+            w = self._wait.get(slot)
+            if w is None:
+                self._wait[slot] = [self.node.inflight(slot), now, rto, rto]
+            else:
+                w[0] = self.node.inflight(slot)
+                w[1] = now
+        t = now + min(rto, REFILL_TICK_NS)
+        if t < self.next_retry:
+            self.next_retry = t
 
     def _target(self, sender, now):
         """Whom to pull from; sender: the stream of the first section.
@@ -106,51 +134,40 @@ class Pulls:
         # target: asking again before a repair could be back only
         # duplicates it (every retry of an id costs a repair).
         rto = self._retry_ns
-        rtt = target.rtt if target.rtt is not None else self.e.pings.rtt_hint   # not probed yet: a neighbour's
+        rtt = None
+        if target is not None:
+            rtt = target.rtt if target.rtt is not None else self.e.pings.rtt_hint   # not probed yet: a neighbour's
         if rtt is not None:
             rto = max(rto, int(2 * rtt * NS))
         return min(rto, self._gossip_ns)
 
-    def retry(self, now):
-        """Ask again for the ids of due pulls that are still missing (and
-        still in the gossip phase), with the wait doubled; a pull whose
-        wait reaches the gossip interval is left to the gossip rounds."""
+    def check(self, now):
+        """Look at what is in flight: a stream whose ids keep arriving gets
+        its next ones asked once half its window is in; a stream from which
+        nothing arrived for its wait is asked again (the wait doubling, up
+        to the gossip interval, while nothing at all comes back)."""
         node = self.node
-        budget = self._budget
-        secs, used, nids, later = [], 0, 0, []
-        first = None                     # the stream of the first section
-        q = self._retries
-        while q and q[0][0] <= now:
-            due, backoff, spans = q.popleft()
-            left = []
-            for slot, lo, hi in spans:
-                room = budget - used - 12
-                if room < 8:
-                    left.append((slot, lo, hi))      # no room: next time
-                    continue
-                d, cov, k = node.missing_digest(slot, PHASE_GOSSIP, room, lo, hi)
-                if not d:
-                    continue
-                pid, pinc = node.peer_key(slot)
-                if first is None:
-                    first = pid
-                secs.append(wire.missing_section(pid, pinc, d))
-                used += 12 + len(d)
-                nids += k
-                node.mark_inflight(slot, lo, cov)
-                left.append((slot, int(digest_decode(d)[0][0][0]), hi))   # what is still out
-            backoff *= 2
-            if left and backoff < self._gossip_ns:
-                later.append([now + backoff, backoff, left])
-        if secs and self.e.group.status in ACTIVE:
-            target = self._target(first, now)
-            if target is not None:
-                self.repair.send_gossip(target, secs, now, nids)
-        for e in later:
-            # keep the deque ordered by due time
-            if not q or e[0] >= q[-1][0]:
-                q.append(e)
-            else:
-                i = next(k for k, x in enumerate(q) if x[0] > e[0])
-                q.insert(i, e)
-        self.next_retry = q[0][0] if q else NEVER
+        again = stalled = False
+        nxt = NEVER
+        for slot in list(self._wait):
+            w = self._wait[slot]
+            out = node.inflight(slot)
+            if not out:
+                del self._wait[slot]
+                again = again or node.peer_missing_count(slot, PHASE_GOSSIP) > 0
+                continue
+            if out < w[0]:
+                w[0], w[1], w[2] = out, now, w[3]               # arriving: keep the pipe full
+                again = again or out <= GOSSIP_WINDOW // 2
+            elif now - w[1] >= w[2]:
+                node.clear_inflight_of(slot)                    # could have arrived by now
+                w[0], w[1] = 0, now
+                w[2] = min(2 * w[2], self._gossip_ns)
+                again = stalled = True
+            nxt = min(nxt, w[1] + w[2], now + REFILL_TICK_NS)
+        self.next_retry = nxt
+        # Without immediate pulls (the thesis' pure gossip) what is cleared
+        # waits for the next round: asking between rounds would change the
+        # protocol's convergence, not only its cost.
+        if again and self._immediate:
+            self.pull(now, anyone=stalled)

@@ -10,9 +10,14 @@
 * The target serves what it holds (rpbcast.protocol.serving) and answers
   for ids it collected with a GcNOTE; those, and ids missing for
   2 x gc_limit rounds, go to the logger phase (§4.3).
-* The logger phase: every logger_rtx_interval, an RTX to a logger for
-  everything in it; without loggers to the original sender, whose GcNOTE is
-  final (a 'lost' event).  A logger runs its own (rpbcast.protocol.logger).
+* The logger phase: an RTX to a logger for what a GcNOTE or the timeout
+  moved there -- at most CATCHUP_WINDOW ids in flight per stream, asked
+  again only once they could have arrived (no progress for a while), the
+  next ids as soon as half the window arrived -- so a member hundreds of
+  thousands of ids behind gets each about once, at the pace the logger
+  streams and this member absorbs.  Without loggers the original sender is
+  asked, whose GcNOTE is final (a 'lost' event).  A logger runs its own
+  (rpbcast.protocol.logger).
 * A received GOSSIP: serving, LASTSEEN (ACKs from loggers, reports from
   receivers, §5.2), the extensions' sections, and the answers to signatures
   that differ (rpbcast.protocol.heartbeats, rpbcast.protocol.group).
@@ -24,7 +29,7 @@ import collections
 
 from rpbcast.core import wire
 from rpbcast.core.digest import decode as digest_decode
-from rpbcast.core.node import PHASE_ALL, PHASE_GOSSIP, PHASE_LOGGER
+from rpbcast.core.node import PHASE_ALL, PHASE_GOSSIP, PHASE_LOGGER, PHASE_LOGGER_NEW, PHASE_NEW
 from rpbcast.protocol.membership import MEMBER, PENDING_LEAVE
 from rpbcast.protocol.pulls import Pulls
 from rpbcast.protocol.serving import missing_intervals
@@ -37,6 +42,12 @@ NS = 1_000_000_000
 ACTIVE = (MEMBER, PENDING_LEAVE)
 SEC_BUDGET_SLACK = 16
 _TS_MASK = 2 ** 64 - 1
+# Catch-up from a logger (the logger phase): ids in flight per stream, how
+# often the window is looked at while ids wait in the logger phase, and how
+# long without a single arrival before what is in flight is asked again.
+CATCHUP_WINDOW = 32768
+CATCHUP_TICK_NS = 5_000_000
+CATCHUP_STALL_NS = 60_000_000
 
 
 def _ns(seconds: float) -> int:
@@ -71,7 +82,9 @@ class Repair:
         self._idle_infer_ns = max(4 * _ns(cfg.idle_after), gi)
         self.next_gossip = now + self.rng.randrange(max(gi, 1))
         self._logger_rtx_ns = _ns(cfg.logger_rtx_interval)
+        self._catchup_tick_ns = min(self._logger_rtx_ns, CATCHUP_TICK_NS)
         self.next_logger_rtx = now + self._logger_rtx_ns
+        self._lwait = {}           # slot -> [ids in flight to loggers, time of the last arrival]
         self._buffer_bytes = cfg.gossip_buffer_bytes
         self._want = cfg.want
         self.gossip_budget = cfg.mtu - wire.DG_HDR - wire.MSG_HDR - wire.GOSSIP_FIXED - SEC_BUDGET_SLACK
@@ -98,8 +111,8 @@ class Repair:
             self.next_gossip = max(self.next_gossip + self._gossip_ns + self.rng.randint(-jitter, jitter), now + 1)
         self.pulls.on_timer(now)
         if now >= self.next_logger_rtx:
-            self.logger_phase(now)
-            self.next_logger_rtx = now + self._logger_rtx_ns
+            busy = self.logger_phase(now)
+            self.next_logger_rtx = now + (self._catchup_tick_ns if busy else self._logger_rtx_ns)
 
     # ------------------------------------------------------------------ gossip rounds
     def gossip_round(self, now):
@@ -111,7 +124,6 @@ class Repair:
         # its last message): its latest seq joins our signature, so a member
         # that lacks it sees the signatures differ and pulls it (§5.1).
         node.infer_idle(now, self._idle_infer_ns)
-        node.clear_inflight()
         self._gossip_phase_timeout(gc_limit)
         for on_round in self._on_round:
             on_round(now)
@@ -119,7 +131,8 @@ class Repair:
             return
         target = self.group.pick_target(now)
         if target is not None:
-            self.gossip_to(target, now, PHASE_GOSSIP)
+            # ids in flight (asked, not yet arrived) are not asked again
+            self.gossip_to(target, now, PHASE_NEW)
 
     def _gossip_phase_timeout(self, gc_limit):
         """Ids missing for 2 x GCLIMIT rounds go to the logger phase even
@@ -137,10 +150,12 @@ class Repair:
                 if old and node.peer_missing_count(slot, PHASE_GOSSIP):
                     node.to_logger_phase(slot, 0, old - 1)
 
-    def missing_sections(self, phase, budget, mark=True, rotate=True, from_start=False, spans=None):
+    def missing_sections(self, phase, budget, mark=True, rotate=True, from_start=False, spans=None,
+                         room=None):
         """MISSING sections of this phase within budget bytes.  Returns
         (sections, ids asked); with ``spans`` (a list) it also collects the
-        (slot, first, last) id range each section asks about."""
+        (slot, first, last) id range each section asks about; ``room(slot)``,
+        if given, is how many ids of a stream may be asked (its window)."""
         node = self.node
         secs, used, nids = [], 0, 0
         n = node.npeers
@@ -151,14 +166,17 @@ class Repair:
             slot = (start + k) % n
             if node.peer_missing_count(slot, PHASE_ALL) == 0:
                 continue
-            room = budget - used - 12          # section header + (sender, inc)
-            if room < 8:
+            space = budget - used - 12          # section header + (sender, inc)
+            if space < 8:
                 break
+            ids = room(slot) if room is not None else None
+            if ids == 0:
+                continue
             cursor = 0 if from_start else node.gossip_cursor(slot)
-            d, cov, k_ids = node.missing_digest(slot, phase, room, cursor)
+            d, cov, k_ids = self._digest(slot, phase, space, cursor, ids)
             if not d and cursor:
                 cursor = 0
-                d, cov, k_ids = node.missing_digest(slot, phase, room, 0)
+                d, cov, k_ids = self._digest(slot, phase, space, 0, ids)
             if not d:
                 continue
             pid, pinc = node.peer_key(slot)
@@ -169,16 +187,32 @@ class Repair:
             secs.append(wire.missing_section(pid, pinc, d))
             used += 4 + 8 + len(d)
             nids += k_ids
+            first = int(digest_decode(d)[0][0][0])
             if spans is not None:
-                spans.append((slot, int(digest_decode(d)[0][0][0]), int(cov)))
+                spans.append((slot, first, int(cov)))
             if mark:
-                node.mark_inflight(slot, cursor, cov)
+                node.mark_inflight(slot, first, cov)
             if not from_start:
                 nxt = cov + 1
                 node.set_gossip_cursor(slot, nxt if nxt < node.peer_next(slot) else 0)
         if rotate:
             self._start_slot += 1
         return secs, nids
+
+    def _digest(self, slot, phase, space, frm, ids):
+        """A digest of the missing ids of a phase from frm on, of at most
+        `ids` ids (None: as many as fit)."""
+        node = self.node
+        upto = 2 ** 64 - 1
+        if ids is not None:
+            iv = node.missing(slot, phase, frm, upto, 256)
+            left = ids
+            for lo, hi in iv.tolist():
+                if hi - lo + 1 >= left:
+                    upto = lo + left - 1
+                    break
+                left -= hi - lo + 1
+        return node.missing_digest(slot, phase, space, frm, upto)
 
     def lastseen_section(self):
         """Our receive frontiers; extensions may cap them (a logger's
@@ -205,10 +239,17 @@ class Repair:
             if ls and len(ls) < budget // 2:
                 extra.append(ls)
                 budget -= len(ls)
-        secs, nids = self.missing_sections(phase, budget) if with_missing else ([], 0)
+        spans = []
+        if with_missing:
+            room = self.pulls.room if phase == PHASE_NEW else None
+            secs, nids = self.missing_sections(phase, budget, spans=spans, room=room)
+        else:
+            secs, nids = [], 0
         for sections in self._gossip_sections:
             extra += sections(target, budget - sum(len(s) for s in secs + extra), now)
         self.send_gossip(target, secs + extra, now, nids)
+        if spans:
+            self.pulls.asked(spans, now, target)
         return nids
 
     def report_frontiers(self, member, now):
@@ -278,6 +319,11 @@ class Repair:
                 # After 2 x GCLIMIT rounds the gossip-phase timeout asks the
                 # sender, whose GcNOTE is final.
                 continue
+            if source == s and not loggerless and len(iv):
+                # The sender let these go because a logger acknowledged
+                # them, and it lets go in order: everything missing below
+                # them is with the loggers too.
+                iv = [(0, int(iv[-1][1]))]
             for lo, hi in iv:
                 lo, hi = int(lo), int(hi)
                 if loggerless and source == s:
@@ -294,33 +340,82 @@ class Repair:
             self.logger_phase(now)
 
     def logger_phase(self, now):
-        """Logger phase: ask a logger for everything a GcNOTE moved there
-        (§3.3, §4.3).  A logger runs its own (it asks the original sender)."""
+        """Logger phase: ask a logger for what a GcNOTE (or the timeout)
+        moved there (§3.3, §4.3), as a window per stream: at most
+        CATCHUP_WINDOW ids in flight, the next ones once half arrived, and
+        what is in flight asked again only after CATCHUP_STALL_NS without
+        an arrival (the logger streams a request in order, paced: until
+        then it may still be coming, and asking again would only have it
+        served twice).  A logger runs its own phase (it asks the sender).
+        Returns True while ids wait in the logger phase (tick faster)."""
         own = self.hooks.logger_phase
         if own is not None:
             own(now)
-            return
+            return False
         node = self.node
-        budget = self._rtx_budget
         loggers = self.members.loggers()
         if not loggers:
             self._loggerless_rtx(now)
-            return
-        secs, used = [], 0
+            return False
+        budget = self._rtx_budget
+        lwait = self._lwait
+        stall = max(CATCHUP_STALL_NS, 4 * self._logger_rtt_ns(loggers))
+        secs, used, busy = [], 0, False
         for slot, pid, pinc in node.peer_ids():
             if node.peer_missing_count(slot, PHASE_LOGGER) == 0:
+                if slot in lwait:
+                    del lwait[slot]
+                    node.logger_inflight_clear(slot)
                 continue
-            d, cov, k = node.missing_digest(slot, PHASE_LOGGER, budget - used - 12, 0)
+            busy = True
+            out = node.logger_inflight(slot)        # what arrived leaves it first
+            w = lwait.get(slot)
+            if w is None:
+                w = lwait[slot] = [out, now]
+            if out < w[0]:
+                w[1] = now                           # an arrival: the logger is streaming
+            if out and now - w[1] >= stall:
+                node.logger_inflight_clear(slot)     # could have arrived by now: ask again
+                out = 0
+                w[1] = now
+            w[0] = out
+            if out > CATCHUP_WINDOW // 2 or budget - used - 12 < 16:
+                continue
+            upto = self._window_end(slot, CATCHUP_WINDOW - out)
+            if upto is None:
+                continue
+            d, cov, k = node.missing_digest(slot, PHASE_LOGGER_NEW, budget - used - 12, 0, upto)
             if not d:
                 continue
             secs.append(wire.missing_section(pid, pinc, d))
             used += 12 + len(d)
-            if used > budget - 32:
-                break
+            first = int(digest_decode(d)[0][0][0])
+            node.logger_inflight_mark(slot, first, int(cov))
+            w[0] = node.logger_inflight(slot)
+            if not out:
+                w[1] = now                           # the wait starts with the ask
         if secs:
             lg = loggers[self.rng.randrange(len(loggers))]
             self.emit(lg.addr, T.RTX, b"".join(secs))
             node.trace_event(now, EV_RTX_REQ, 0, 0, 0, used, lg.node_id, len(secs))
+        return busy
+
+    def _window_end(self, slot, room):
+        """The last id of the first `room` logger-phase ids not in flight."""
+        iv = self.node.missing(slot, PHASE_LOGGER_NEW, 0, 2 ** 64 - 1, 256)
+        if not len(iv):
+            return None
+        left = room
+        for lo, hi in iv.tolist():
+            n = hi - lo + 1
+            if n >= left:
+                return lo + left - 1
+            left -= n
+        return int(iv[-1][1])
+
+    def _logger_rtt_ns(self, loggers):
+        rtts = [m.rtt for m in loggers if m.rtt is not None]
+        return int(max(rtts) * NS) if rtts else 0
 
     def _loggerless_rtx(self, now):
         """Without loggers the last resort is the original sender; what it no

@@ -55,6 +55,10 @@ def render(st, prev):
                f"rcvbuf {sock.get('rcvbuf', 0):,}")
     if st.get("rx_reasons"):
         out.append("malformed: " + ", ".join(f"{k} {v}" for k, v in st["rx_reasons"].items()))
+    if "log_damaged_records" in st:       # a logger: damage its log's recovery or reads found
+        out.append(f"log: {st['log_damaged_records']:,} damaged records ({st['log_damaged_ids']:,} ids lost), "
+                   f"{st['log_truncated_bytes']:,} torn-tail bytes cut, catch-up queued "
+                   f"{st.get('catchup_pending', 0):,}")
     out.append(f"members: {len(st.get('members', []))}: " +
                ", ".join(f"{m[0]}{'(L)' if m[3] == 1 else ''}" for m in st.get("members", [])))
     print("\n".join(out), flush=True)
