@@ -124,11 +124,20 @@ class Group:
                 finals[ev["id"]] = ev
             elif ev["event"] == "error":
                 errors.append(ev)
+        self.finished = set(finals)
         return finals
 
     def reap(self, grace=15.0):
         """Workers close their trace files and write counters after their
-        final report: let them exit on their own first, then kill the rest."""
+        final report: let them exit on their own first, then kill the rest.
+        One that never sent its final report (hung) gets only a second."""
+        finished = getattr(self, "finished", None)
+        for i, p in self.procs.items():
+            if finished is not None and i not in finished:
+                try:
+                    p.p.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    p.kill()
         end = time.time() + grace
         for p in self.procs.values():
             try:
