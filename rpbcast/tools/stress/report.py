@@ -102,22 +102,28 @@ def agreed_count(finals, receivers, key):
 
 def catch_up_s(sup, fault):
     """From the end of a fault (healed, resumed, restarted) until every
-    live receiver had delivered everything sent before it ended (the
-    senders' last report by then): seconds, at the workers' report
-    interval; None for a fault that never ended or when it never happened."""
+    live receiver had delivered everything sent before it ended (per
+    stream, every seq below the sender's last report by then): seconds, at
+    the workers' report interval; None for a fault that never ended, when
+    it never happened, or when some receiver never caught up."""
     if fault.ended is None:
         return None
     end = sup.at + int(fault.ended * 1e9)
-    target = 0
-    for series in sup.sent_series.values():
+    target = {}
+    for key, series in sup.sent_series.items():
         before = [n for t, n in series if t <= end]
-        target += before[-1] if before else 0
+        if before and before[-1]:
+            target[key] = before[-1]
+
+    def caught(prefix):
+        return prefix is None or all(prefix.get(k, 0) >= n for k, n in target.items())
+
     worst = end
     for r in sup.live_receivers():
-        series = sorted(sup.have_series.get(r, []))
+        series = sorted(sup.prefix_series.get(r, []), key=lambda e: (e[0], e[1] is None))
         # from its last report before the end on (it may have had it all then)
-        k = max([j for j, (t, n) in enumerate(series) if t <= end] or [0])
-        t = next((t for t, n in series[k:] if n >= target), None)
+        k = max([j for j, (t, _) in enumerate(series) if t <= end] or [0])
+        t = next((t for t, p in series[k:] if caught(p)), None)
         if t is None:
             return None
         worst = max(worst, t)

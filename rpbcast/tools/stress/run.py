@@ -169,6 +169,7 @@ class Supervisor:
         self.wait_deadline = None       # --timeout after the last sender finished
         self.sent_series = {}           # "s/inc" -> [(t ns, sent)]
         self.have_series = {}           # receiver -> [(t ns, distinct delivered)]
+        self.prefix_series = {}         # receiver -> [(t ns, {"s/inc": all seqs below it delivered} or None: all)]
         self.protocol_events = []       # notable protocol events, as they came: {"node", "t_s", "event"}
         self.restarting = {}            # node -> the kill Fault, until it is ready again
         net = net or Network(plan)
@@ -240,6 +241,8 @@ class Supervisor:
                 self.sent_series.setdefault(f"{i}/{ev.get('inc')}", []).append((t, ev["sent"]))
             if t is not None and "have" in ev:
                 self.have_series.setdefault(i, []).append((t, ev["have"]))
+                if "prefix" in ev:
+                    self.prefix_series.setdefault(i, []).append((t, ev["prefix"]))
                 if ev.get("agree") is not None and self.dead_streams:
                     if self.agree.get(i) != ev["agree"]:
                         self.agree_since = None
@@ -265,6 +268,7 @@ class Supervisor:
             self.complete.add(ev["id"])
             if ev.get("t") is not None:
                 self.have_series.setdefault(ev["id"], []).append((ev["t"], float("inf")))
+                self.prefix_series.setdefault(ev["id"], []).append((ev["t"], None))
         elif kind == "protocol":
             self.protocol_events.append({"node": ev["id"], "t_s": round((ev["t"] - self.at) / 1e9, 3),
                                          "event": ev["what"]})

@@ -140,6 +140,21 @@ class Tally:
         this receiver: the counts are checkpointed)."""
         return sum(int(np.count_nonzero(a)) for a in self.counts.values())
 
+    def prefixes(self) -> dict:
+        """{"s/inc": how many seqs from 0 on were all delivered}, per stream:
+        what catching up means (a count of distinct deliveries can pass the
+        number sent while old ids are still missing).  Incremental: each
+        call scans on from the last call's answer."""
+        memo = self.__dict__.setdefault("_prefix", {})
+        out = {}
+        for key, arr in self.counts.items():
+            p = memo.get(key, 0)
+            zero = np.flatnonzero(arr[p:] == 0)
+            p = p + int(zero[0]) if len(zero) else len(arr)
+            memo[key] = p
+            out[f"{key[0]}/{key[1]}"] = p
+        return out
+
     def digests(self, keys):
         """{"s/inc": [distinct delivered, highest seq, CRC of the delivered
         set]} of streams whose count nobody knows (a killed sender's): the

@@ -48,7 +48,9 @@ def run_receiver(spec, cmds, tw_factory):
             emit(event="complete", id=node.node_id, t=now)
         if now >= next_report:
             # have: every distinct message delivered, checkpointed lives included
-            more = {"have": tally.have(), "t": now, "agree": tally.digests(orders.agree)} if watched else {}
+            # prefix: per stream, how many from seq 0 on it has them all (catch-up)
+            more = {"have": tally.have(), "prefix": tally.prefixes(), "t": now,
+                    "agree": tally.digests(orders.agree)} if watched else {}
             emit(event="progress", id=node.node_id, delivered=tally.delivered, buffers=buffers(node), **more)
             drain_trace(node, tw)
             events.poll(node)
