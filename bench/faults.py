@@ -101,12 +101,15 @@ def summarize(runs):
         for s in good:
             for role, kb in (s.get("rss_peak_kb_by_role") or {}).items():
                 rss[role] = max(rss.get(role, 0), kb)
+        # the baseline of a row: the fault-free row of the same mode and loggers
+        mode = "loopback" if name.endswith("(loopback)") else "hosts"
         if name == "no fault" or name.startswith("line rate, no fault"):
-            base_rss[loggers] = rss
+            base_rss[(mode, loggers)] = rss
         catch = [next((f.get("catch_up_s") for f in s.get("faults", []) if f.get("catch_up_s") is not None), None)
                  for s in good]
         rows.append({
-            "fault": name, "loggers": loggers, "args": " ".join(r["args"]),
+            "fault": name, "loggers": loggers, "mode": mode,
+            "caught_up": sum(1 for c in catch if c is not None), "args": " ".join(r["args"]),
             "runs": len(r["runs"]), "exactly_once": sum(1 for s in good if s.get("exactly_once")),
             "catch_up_s": _median(catch), "served_per_missing": _median([s.get("served_per_missing") for s in good]),
             "rss_mib": {k: round(v / 1024) for k, v in rss.items()},
@@ -118,7 +121,7 @@ def summarize(runs):
             "send_rate": _median([s.get("send_rate") for s in good]),
         })
     for row in rows:
-        b = base_rss.get(row["loggers"]) or {}
+        b = base_rss.get((row["mode"], row["loggers"])) or {}
         row["rss_ratio"] = {k: round(v * 1024 / b[k], 2) for k, v in row["rss_mib"].items() if b.get(k)}
     return rows
 
@@ -133,7 +136,9 @@ def table(rows):
         roles = ("sender", "receiver", "logger")
         out.append(
             f"| {r['fault']} | {'yes' if r['loggers'] else 'no'} | {r['exactly_once']}/{r['runs']} | "
-            + (f"{r['catch_up_s']:.2f} s" if r["catch_up_s"] is not None else "-") + " | "
+            + (f"{r['catch_up_s']:.2f} s" if r["catch_up_s"] is not None else "-")
+            + (f" ({r['caught_up']}/{r['runs']} caught up)" if r["catch_up_s"] is not None
+               and r["caught_up"] < r["runs"] else "") + " | "
             + (f"{r['served_per_missing']:.1f}" if r["served_per_missing"] is not None else "-") + " | "
             + " / ".join(str(rss[k]) if k in rss else "-" for k in roles) + " | "
             + " / ".join(f"{ratio[k]:.2f}" if k in ratio else "-" for k in roles) + " | "
@@ -171,7 +176,18 @@ def main():
     ap.add_argument("--quick", action="store_true", help="three scenarios, 3 s each (a smoke run)")
     ap.add_argument("--json", help="also write every run's summary here")
     ap.add_argument("--no-write", action="store_true", help="do not touch docs/reliability.md")
+    ap.add_argument("--from-json", help="no runs: the table from a --json file of an earlier run")
     a = ap.parse_args()
+    if a.from_json:
+        saved = json.load(open(a.from_json))
+        runs = {tuple(k.rsplit(" / loggers=", 1)[:1]) + (int(k.rsplit("=", 1)[1]),): v
+                for k, v in saved["runs"].items()}
+        rows = summarize(runs)
+        print(table(rows))
+        if not a.no_write:
+            argv = saved["argv"][1:]
+            write_doc(rows, max(len(v["runs"]) for v in runs.values()), argv)
+        return
     if os.geteuid() != 0:
         sys.exit("bench/faults.py needs root: every run makes network namespaces")
     runs = run_all(a.reps, a.quick)
