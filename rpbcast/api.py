@@ -359,6 +359,20 @@ class Node:
     def stats(self) -> dict:
         return self.transport.stats()
 
+    def events(self) -> list:
+        """The protocol's events for the application since the last call,
+        oldest first (docs/api.md, "Events"): ("released", receiver, reason),
+        ("restored", receiver, reason), ("lost", sender, inc, lo, hi),
+        ("member", id, what[, reason]), ..."""
+        self.transport.lock()
+        try:
+            evs = self.engine.events
+            out = list(evs)
+            evs.clear()
+            return out
+        finally:
+            self.transport.unlock()
+
     def _serve_stats(self, path):
         import json
         import socket as _socket

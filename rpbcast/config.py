@@ -90,12 +90,14 @@ class Config:
     #                  message: a sender never runs further ahead of its
     #                  slowest receiver than its store holds, so a loggerless
     #                  group at line rate loses nothing.  Receivers report
-    #                  every flow_report_interval; one silent for
-    #                  flow_timeout stops holding senders back.  Every member
-    #                  must use the same setting.
+    #                  every flow_report_interval; a receiver stops holding
+    #                  senders back only once declared failed (GSGC's
+    #                  failure detector, or silent for flow_timeout of the
+    #                  sender's own running time: a stall is not a failure).
+    #                  Every member must use the same setting.
     flow_control: str = "loggers"
     flow_report_interval: float = 0.002
-    flow_timeout: float = 1.0
+    flow_timeout: float = 10.0
 
     # loggers
     log_dir: Optional[str] = None

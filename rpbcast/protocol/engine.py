@@ -169,9 +169,11 @@ class Engine:
 
     def post_event(self, *ev):
         """An event for the application (next_event); a membership change
-        also goes to the extensions."""
+        also goes to the send buffer (a receiver declared failed stops
+        holding senders back) and to the extensions."""
         self.events.append(ev)
         if ev[0] == "member":
+            self.send_buffer.on_member_event(ev, self._now)
             for on_member in self.hooks.on_member:
                 on_member(ev[1], ev[2], self._now)
 

@@ -15,6 +15,10 @@ protocol on top of it:
 * gossip target selection among the members (§4.2, rpbcast.protocol.selection);
 * each member's periodic frontier report to a logger: a logger collects a
   message once every current member has it (§5.2).
+
+``FailureDetector`` is the membership's own failure detector (GSGC brings
+another): a member silent for a timeout of *this* member's running time is
+declared failed, and recovers when heard from again.
 """
 from __future__ import annotations
 
@@ -313,3 +317,54 @@ class Group(StaticGroup):
         entries = [self.members.get(self.id)]
         for m in self.targets(now):
             self.send_members(m.addr, entries, wire.F_PUSH)
+
+
+class FailureDetector:
+    """Declares members failed after `timeout_ns` of silence, counted in time
+    this member was running and listening.
+
+    Silence is summed over the detector's checks, each adding the time since
+    the previous one but at most `step_cap_ns`: a stop of this process
+    (SIGSTOP, a descheduled thread, a loop draining a backlog) counts as one
+    capped step, never as the others' silence.  And the first check after
+    such a stop adds only that step, so the reports waiting in the socket
+    are read before anyone's silence grows past it.  A member is heard when
+    its ``last_heard`` moved since the previous check; one declared failed
+    that is heard again recovers.  Sans-IO: the caller supplies the time and
+    the members to watch."""
+
+    def __init__(self, timeout_ns: int, step_cap_ns: int):
+        self.timeout_ns = timeout_ns
+        self.step_cap_ns = step_cap_ns
+        self.last_check = None         # time of the previous check (None: not started)
+        self.silent = {}               # node id -> silence counted so far (ns)
+        self.heard_at = {}             # node id -> its last_heard at the previous check
+        self.failed = set()
+
+    def check(self, now: int, watched):
+        """One check over `watched` (Member entries); returns the changes as
+        [(node_id, "failed" | "recovered", reason)]."""
+        step = 0 if self.last_check is None else min(max(now - self.last_check, 0), self.step_cap_ns)
+        self.last_check = now
+        out = []
+        ids = set()
+        for m in watched:
+            i = m.node_id
+            ids.add(i)
+            if self.heard_at.get(i, 0) != m.last_heard:
+                self.heard_at[i] = m.last_heard
+                self.silent[i] = 0
+                if i in self.failed:
+                    self.failed.discard(i)
+                    out.append((i, "recovered", "heard from again"))
+                continue
+            s = self.silent[i] = self.silent.get(i, 0) + step
+            if s >= self.timeout_ns and i not in self.failed:
+                self.failed.add(i)
+                out.append((i, "failed", f"silent for {s / NS:.1f} s of this member's running time"))
+        for i in [i for i in self.silent if i not in ids]:
+            # left the group (or no longer watched): forget it
+            self.silent.pop(i, None)
+            self.heard_at.pop(i, None)
+            self.failed.discard(i)
+        return out

@@ -12,16 +12,21 @@ messages leave:
 * ``HoldForLoggers`` ("loggers"): once ack_loggers loggers hold them.
   Without loggers nothing is held: messages live as long as the gossip
   buffer keeps them;
-* ``HoldForReceivers`` ("receivers"): also once every live receiver
-  reported it has them (receivers report every flow_report_interval; one
-  silent for flow_timeout stops counting), so a sender never runs further
-  ahead of its slowest receiver than its store holds;
+* ``HoldForReceivers`` ("receivers"): also once every receiver reported
+  it has them (receivers report every flow_report_interval), so a sender
+  never runs further ahead of its slowest receiver than its store holds.
+  A stall is not a failure: a receiver stops counting only when a failure
+  detector declares it failed -- GSGC's, or the membership's
+  (group.FailureDetector: silent for flow_timeout of the sender's own
+  running time) -- and the application is told: ("released", id, reason);
+  heard from again it counts again: ("restored", id, reason);
 * ``NoHold``: nothing is ever held (pbcast, SRM: the gossip buffer is the
   only buffer).
 """
 from __future__ import annotations
 
 from rpbcast.core import wire
+from rpbcast.protocol.group import FailureDetector
 from rpbcast.protocol.membership import MEMBER, PENDING_LEAVE
 
 T = wire.MsgType
@@ -136,6 +141,10 @@ class NoHold:
     def on_receiver_report(self, source, source_inc, entries, now):
         pass
 
+    def on_member_event(self, event, now):
+        """("member", id, what[, reason]) from the membership or an
+        extension (GSGC's failure detector): "failed", "recovered", ..."""
+
 
 class HoldForLoggers(NoHold):
     """Held until ack_loggers loggers hold it (§3.1)."""
@@ -160,7 +169,8 @@ class HoldForLoggers(NoHold):
 
 
 class HoldForReceivers(HoldForLoggers):
-    """Held until every live receiver (and ack_loggers loggers) has it."""
+    """Held until every receiver not declared failed (and ack_loggers
+    loggers) has it."""
 
     def __init__(self, engine, acks: LoggerAcks, now):
         super().__init__(engine, acks)
@@ -170,9 +180,13 @@ class HoldForReceivers(HoldForLoggers):
         self.inc = engine.inc
         self.is_logger = engine.is_logger
         self.reports = {}               # receiver id -> (its inc, our frontier it reported)
+        self.released = {}              # receiver id -> why it no longer holds us back
         self._sent = {}                 # slot -> (frontier we reported, when)
         self._report_ns = _ns(cfg.flow_report_interval)
-        self._timeout_ns = _ns(cfg.flow_timeout)
+        # A check late by more than a few report intervals means this
+        # member did not run (stopped, descheduled, draining a backlog):
+        # that time is not the others' silence.
+        self.detector = FailureDetector(_ns(cfg.flow_timeout), max(8 * self._report_ns, _ns(0.05)))
         self.next_report = now + self._report_ns
 
     def update_hold(self):
@@ -184,13 +198,39 @@ class HoldForReceivers(HoldForLoggers):
     def on_timer(self, now):
         if now >= self.next_report:
             self._report(now)
+            self._detect(now)
             self.next_report = now + self._report_ns
+
+    def receivers(self):
+        """The members whose reports hold our messages back (declared failed
+        or not): not loggers, in the group."""
+        return [m for m in self.members.active() if not m.is_logger]
+
+    def _detect(self, now):
+        """As a sender, watch the receivers for failure (a member that
+        never sent need not judge anyone)."""
+        if not self.node.next_seq:
+            return
+        for node_id, what, reason in self.detector.check(now, self.receivers()):
+            self.e.post_event("member", node_id, what, reason)
+
+    def on_member_event(self, event, now):
+        node_id, what = event[1], event[2]
+        reason = event[3] if len(event) > 3 else "declared by an extension's failure detector"
+        if what == "failed" and node_id not in self.released:
+            self.released[node_id] = reason
+            self.e.stats["flow_released"] = self.e.stats.get("flow_released", 0) + 1
+            self.e.post_event("released", node_id, f"declared failed: {reason}")
+            self.release(now)
+        elif what == "recovered" and node_id in self.released:
+            del self.released[node_id]
+            self.e.stats["flow_restored"] = self.e.stats.get("flow_restored", 0) + 1
+            self.e.post_event("restored", node_id, reason)
 
     def _report(self, now):
         """Report our receive frontier to each sender whose stream moved (and
         again now and then, in case a report was lost); as a sender,
-        re-evaluate what may leave the send buffer (a receiver that fell
-        silent stops counting)."""
+        re-evaluate what may leave the send buffer."""
         node = self.node
         # (a logger is not a receiver senders wait for)
         if not self.is_logger and self.e.group.status in (MEMBER, PENDING_LEAVE):
@@ -219,16 +259,17 @@ class HoldForReceivers(HoldForLoggers):
 
     def release(self, now):
         """Release the send buffer below the least frontier reported by the
-        receivers heard from within flow_timeout (and, with loggers, below
-        what ack_loggers loggers hold)."""
+        receivers not declared failed (and, with loggers, below what
+        ack_loggers loggers hold).  How long a receiver has been silent does
+        not matter here: only the failure detectors decide that."""
         node = self.node
         if not node.next_seq or node.acked >= node.next_seq:
             return
-        live = [m for m in self.members.active(now, self._timeout_ns)
-                if not m.is_logger and m.last_heard]
         eff = node.next_seq
-        for m in live:
-            eff = min(eff, self.reports.get(m.node_id, (0, 0))[1])
+        released, reports = self.released, self.reports
+        for m in self.receivers():
+            if m.node_id not in released:
+                eff = min(eff, reports.get(m.node_id, (0, 0))[1])
         if self.members.loggers():
             eff = min(eff, self.acks.frontier())
         if eff > node.acked:

@@ -3,6 +3,13 @@
 Every multicast or loss experiment runs in a namespace it creates itself:
 loopback up with multicast on and a 224.0.0.0/4 route, and real kernel loss
 from an iptables `statistic` rule (netem is not available everywhere).
+
+``HostNet`` is a LAN of hosts: a namespace per host, each joined by a veth
+pair to a bridge in a namespace of its own that nothing else connects to;
+multicast routed on each host's device, UDP GSO segmented before the wire,
+so loss (and every fault) hits single packets as on a real LAN.
+``Firewall`` changes a namespace's fault rules within milliseconds, for
+partitions, blackouts and bursts of loss timed by the stress job.
 """
 from __future__ import annotations
 
@@ -62,24 +69,103 @@ def iptables_bin():
     raise NetnsError("iptables is not installed: apt-get install iptables")
 
 
+LOSS_CHAIN = "RPB_LOSS"
+
+
+def _own_chain(name: str, own: str, chain: str = "INPUT"):
+    """Chain `own` exists in the namespace's filter table and `chain` jumps
+    to it (once): our rules live there, beside anyone else's."""
+    ipt = iptables_bin()
+    if _run(*exec_argv(name, [ipt, "-n", "-L", own]), check=False).returncode:
+        _run(*exec_argv(name, [ipt, "-N", own]))
+    if _run(*exec_argv(name, [ipt, "-C", chain, "-j", own]), check=False).returncode:
+        _run(*exec_argv(name, [ipt, "-I", chain, "1", "-j", own]))
+
+
 def set_loss(name: str, probability: float, chain: str = "INPUT"):
     """Drop UDP packets at random with the given probability inside the
-    namespace (real kernel loss).  0 removes the rule."""
+    namespace (real kernel loss; on `chain`, through a chain of its own).
+    0 removes the rule."""
     ipt = iptables_bin()
-    _run(*exec_argv(name, [ipt, "-F", chain]))
+    _own_chain(name, LOSS_CHAIN, chain)
+    _run(*exec_argv(name, [ipt, "-F", LOSS_CHAIN]))
     if probability > 0:
-        _run(*exec_argv(name, [ipt, "-A", chain, "-p", "udp", "-m", "statistic", "--mode", "random",
+        _run(*exec_argv(name, [ipt, "-A", LOSS_CHAIN, "-p", "udp", "-m", "statistic", "--mode", "random",
                                "--probability", f"{probability:.6f}", "-j", "DROP"]))
 
 
 def loss_counters(name: str, chain: str = "INPUT"):
     """(packets, bytes) dropped by the loss rule so far."""
-    r = _run(*exec_argv(name, [iptables_bin(), "-L", chain, "-v", "-n", "-x"]))
+    r = _run(*exec_argv(name, [iptables_bin(), "-L", LOSS_CHAIN, "-v", "-n", "-x"]), check=False)
     for line in r.stdout.splitlines():
         if "DROP" in line and "statistic" in line:
             p = line.split()
             return int(p[0]), int(p[1])
     return 0, 0
+
+
+def flush_chain(name: str, chain: str):
+    """Remove every rule of one of our chains (if the namespace has it)."""
+    _run(*exec_argv(name, [iptables_bin(), "-F", chain]), check=False)
+
+
+class Firewall:
+    """A namespace's fault rules in a chain of their own (`chain`, jumped to
+    first from INPUT), replaced as a whole within a few milliseconds: one
+    `iptables-restore --noflush` kept open reads each change and applies it
+    atomically.  Rules are named; ``set(name, [rule, ...])`` adds or
+    replaces, ``clear(name)`` removes.  A rule is iptables arguments after
+    the chain, e.g. "-p udp ! -d 224.0.0.0/4 -j DROP"."""
+
+    def __init__(self, ns: str, chain: str = "RPB_FAULT"):
+        self.ns = ns
+        self.chain = chain
+        self.rules = {}
+        _own_chain(ns, chain)
+        restore = shutil.which(iptables_bin() + "-restore") or shutil.which("iptables-restore")
+        if restore is None:
+            raise NetnsError("iptables-restore is not installed: apt-get install iptables")
+        self.p = subprocess.Popen(exec_argv(ns, [restore, "--noflush"]), stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def set(self, name: str, rules):
+        self.rules[name] = list(rules)
+        self._apply()
+
+    def clear(self, name: str = None):
+        if name is None:
+            self.rules.clear()
+        else:
+            self.rules.pop(name, None)
+        self._apply()
+
+    def _apply(self):
+        lines = ["*filter", f"-F {self.chain}"]
+        lines += [f"-A {self.chain} {r}" for rules in self.rules.values() for r in rules]
+        lines.append("COMMIT")
+        try:
+            self.p.stdin.write("\n".join(lines) + "\n")
+            self.p.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            err = self.p.stderr.read() if self.p.stderr else ""
+            raise NetnsError(f"iptables-restore in {self.ns} exited: {err.strip()}") from None
+
+    def dropped(self) -> int:
+        """Packets the chain's rules have dropped so far."""
+        r = _run(*exec_argv(self.ns, [iptables_bin(), "-L", self.chain, "-v", "-n", "-x"]), check=False)
+        return sum(int(line.split()[0]) for line in r.stdout.splitlines()[2:] if line.strip())
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except OSError:
+                pass
+            try:
+                self.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
 
 
 _libc = None
@@ -121,3 +207,82 @@ def namespace(loss: float = 0.0):
         yield name
     finally:
         delete(name)
+
+
+class HostNet:
+    """Hosts on a LAN, each its own network namespace.
+
+    A bridge lives in a namespace of its own and is connected to nothing
+    but the hosts' veth pairs (never to a real interface).  Each host has
+    loopback and `eth0` (its end of the pair) with 10.77.0.<id>/24, the
+    multicast route 224.0.0.0/4 on eth0, and gso_max_segs 1 on eth0: a UDP
+    GSO super-datagram is cut into packets before it leaves the host, so
+    kernel loss and faults drop single packets, as on a real LAN (across a
+    default veth a GSO datagram travels whole).  ``delete`` removes exactly
+    what ``create`` made; a failed ``create`` removes what it had made."""
+
+    SUBNET = "10.77.0."
+    DEV = "eth0"
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+        if not self.ids or max(self.ids) > 250 or min(self.ids) < 1:
+            raise NetnsError("host ids must be 1..250")
+        self.token = uuid.uuid4().hex[:6]
+        self.bridge_ns = f"rpb-{self.token}-br"
+        self.ns = {i: f"rpb-{self.token}-h{i}" for i in self.ids}
+        self.made = []
+
+    def ip(self, i) -> str:
+        return f"{self.SUBNET}{i}"
+
+    def create(self) -> "HostNet":
+        if not available():
+            raise NetnsError("network namespaces need root and iproute2 (the `ip` command)")
+        try:
+            br = self.bridge_ns
+            _run("ip", "netns", "add", br)
+            self.made.append(br)
+            _run("ip", "-n", br, "link", "add", "br0", "type", "bridge", "mcast_snooping", "0")
+            _run("ip", "-n", br, "link", "set", "br0", "up")
+            for i in self.ids:
+                ns = self.ns[i]
+                _run("ip", "netns", "add", ns)
+                self.made.append(ns)
+                host_end, br_end = f"rh{self.token}{i}", f"rb{self.token}{i}"
+                _run("ip", "link", "add", host_end, "netns", ns, "type", "veth", "peer", "name", br_end,
+                     "netns", br)
+                _run("ip", "-n", ns, "link", "set", host_end, "name", self.DEV)
+                _run("ip", "-n", br, "link", "set", br_end, "master", "br0", "up")
+                _run("ip", "-n", ns, "link", "set", "lo", "up")
+                _run("ip", "-n", ns, "link", "set", self.DEV, "gso_max_segs", "1", "multicast", "on", "up")
+                _run("ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", self.DEV)
+                _run("ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", self.DEV)
+        except BaseException:
+            self.delete()
+            raise
+        return self
+
+    def delete(self):
+        """Remove the namespaces this HostNet made (their veths go with them)."""
+        for ns in reversed(self.made):
+            delete(ns)
+        self.made = []
+
+    def set_loss(self, probability: float):
+        for ns in self.ns.values():
+            set_loss(ns, probability)
+
+    def loss_counters(self):
+        pk = by = 0
+        for ns in self.ns.values():
+            p, b = loss_counters(ns)
+            pk += p
+            by += b
+        return pk, by
+
+    def __enter__(self):
+        return self.create()
+
+    def __exit__(self, *exc):
+        self.delete()

@@ -6,12 +6,13 @@ import sys
 from typing import Optional
 
 from rpbcast.tools import netns
+from rpbcast.tools.stress import faults
 from rpbcast.tools.stress.plan import make_plan
 from rpbcast.tools.stress.run import run
 
 
 def add_parsers(sub):
-    p = sub.add_parser("stress", help="the main job: a group on this host, line rate, loss, exactly-once check")
+    p = sub.add_parser("stress", help="the main job: a group on this host, line rate, loss, faults, exactly-once check")
     p.add_argument("--senders", type=int, default=1)
     p.add_argument("--receivers", type=int, default=2)
     p.add_argument("--loggers", type=int, default=1)
@@ -32,6 +33,9 @@ def add_parsers(sub):
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
                    help="what a sender's buffer waits for (Config.flow_control); auto: the loggers' "
                         "acknowledgments, or with --loggers 0 every receiver's report")
+    p.add_argument("--flow-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with receiver flow control: a receiver silent this long (of the sender's own "
+                        "running time) is declared failed and released (Config.flow_timeout)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,
@@ -41,11 +45,33 @@ def add_parsers(sub):
     p.add_argument("--gsgc", action="store_true",
                    help="run GSGC stability detection: stability frees the buffers; report time-to-stable")
     p.add_argument("--gsgc-b", type=int, default=1, help="GSGC gossip sub-group size b")
-    p.add_argument("--kill-receiver", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--hosts", action="store_true",
+                   help="every node a host of its own: a network namespace each, veth pairs to a bridge "
+                        "(connected to nothing else), multicast on the hosts' devices with TTL 1, GSO cut "
+                        "before the wire, so loss and faults hit single packets as on a LAN (needs root)")
+    f = p.add_argument_group("faults", "applied by the orchestrator at their times, in seconds after the "
+                                       "senders' start; the summary says when each ran")
+    f.add_argument("--partition", action="append", metavar="NODE:START:SECONDS",
+                   help="nothing reaches or leaves host NODE for SECONDS from START, then it heals "
+                        "(--hosts; repeatable)")
+    f.add_argument("--blackout", metavar="[START:]SECONDS",
+                   help="every unicast packet is lost for SECONDS from START (default 0.5): reports, "
+                        "requests and repairs; multicast data still flows")
+    f.add_argument("--pause-sender", metavar="[START:]SECONDS",
+                   help="SIGSTOP the first sender at START (default 0.5) and SIGCONT it SECONDS later")
+    f.add_argument("--burst-loss", metavar="P:LEN",
+                   help="bursty loss while sending: each namespace (host) loses every packet during bursts "
+                        "of LEN s on average, a fraction P of the time (Gilbert-like on/off, from a helper "
+                        "process)")
+    f.add_argument("--kill", action="append", metavar="ROLE[:NODE]:AT[:RESTART_AFTER]",
+                   help="SIGKILL a sender, receiver or logger (NODE: its id, default the role's first; "
+                        "given only with all three numbers) AT s after the start and restart it "
+                        "RESTART_AFTER s later (omitted or '-': left dead); repeatable")
+    f.add_argument("--kill-receiver", type=float, default=None, metavar="SECONDS",
                    help="SIGKILL the first receiver this long after the start and restart it")
-    p.add_argument("--restart-after", type=float, default=0.2, metavar="SECONDS",
+    f.add_argument("--restart-after", type=float, default=0.2, metavar="SECONDS",
                    help="with --kill-receiver: restart it this long after the kill")
-    p.add_argument("--no-restart", action="store_true",
+    f.add_argument("--no-restart", action="store_true",
                    help="with --kill-receiver: leave it dead (others must declare it failed)")
     p.add_argument("--run-dir", default=None, help="where to write run.json, counters and traces")
     p.add_argument("--trace", action="store_true", help="record per-node event traces (needs pyarrow)")
@@ -61,14 +87,28 @@ def main(args):
     if problem:
         print(f"stress: {problem}", file=sys.stderr)
         return 2
-    return run(args, make_plan(args, use_ns))
+    named = faults.parse(args, use_ns)
+    args.faults_named = bool(named)
+    return run(args, make_plan(args, use_ns), named)
 
 
 def check_args(args, use_ns) -> Optional[str]:
     """What is wrong with the options, in a sentence (None if nothing)."""
     if args.size < 8:
         return "--size must be at least 8 (the payload carries its send time)"
+    if args.flow_timeout is not None and args.flow_timeout <= 0:
+        return "--flow-timeout must be a positive number of seconds"
     if args.transport == "multicast" and not use_ns:
         return ("multicast mode needs root (it runs in its own network namespace); "
                 "use --transport unicast")
+    if getattr(args, "hosts", False):
+        if not use_ns:
+            return ("--hosts needs root and iproute2 (a network namespace per host)"
+                    if args.transport != "unicast" else "--hosts runs multicast between hosts: drop --transport unicast")
+        if args.senders + args.receivers + args.loggers > 250:
+            return "--hosts takes at most 250 nodes (one /24 subnet)"
+    try:
+        faults.parse(args, use_ns)
+    except faults.FaultError as e:
+        return str(e)
     return None

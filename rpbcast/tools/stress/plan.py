@@ -11,11 +11,14 @@ import uuid
 from typing import Dict, List, Optional
 
 
+HOST_PORT = 17000                   # every host's unicast port (--hosts: each host has its own address)
+
+
 @dataclasses.dataclass
 class Plan:
     """The group and where the run writes (make_plan)."""
-    use_ns: bool                    # the run gets a network namespace of its own
-    transport: str                  # "multicast" (in the namespace) or "unicast"
+    use_ns: bool                    # the run gets network namespaces of its own
+    transport: str                  # "multicast" (in the namespace(s)) or "unicast"
     loss_model: str
     run_id: str
     run_dir: str
@@ -25,6 +28,7 @@ class Plan:
     loggers: List[int]
     addrs: Dict[int, str]
     flow_control: str
+    hosts: bool = False             # every node a host of its own on a bridge (netns.HostNet)
 
     def role_of(self, i) -> str:
         """The node's role in the member list."""
@@ -42,27 +46,39 @@ class Plan:
 def make_plan(args, use_ns) -> Plan:
     """The run's plan; makes its run directory (a temporary one unless
     --run-dir)."""
+    hosts = bool(getattr(args, "hosts", False))
     transport = "multicast" if use_ns else "unicast"
-    loss_model = ("kernel (iptables statistic, namespace INPUT)" if use_ns else "in-process (receive side)") \
-        if args.loss else "none"
+    if not args.loss:
+        loss_model = "none"
+    elif hosts:
+        loss_model = "kernel, per packet (iptables statistic, INPUT of every host; GSO cut before the wire)"
+    elif use_ns:
+        loss_model = "kernel (iptables statistic, namespace INPUT; a GSO datagram crosses loopback whole)"
+    else:
+        loss_model = "in-process (receive side)"
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="rpbcast-stress-")
     os.makedirs(run_dir, exist_ok=True)
     work = os.path.join(run_dir, "work")
     os.makedirs(work, exist_ok=True)
-    senders, receivers, loggers, addrs = node_ids(args, use_ns)
+    senders, receivers, loggers, addrs = node_ids(args, use_ns, hosts)
     return Plan(use_ns, transport, loss_model, run_id, run_dir, work, senders, receivers, loggers, addrs,
-                flow_control_of(args, loggers))
+                flow_control_of(args, loggers), hosts)
 
 
-def node_ids(args, use_ns):
+def node_ids(args, use_ns, hosts=False):
     """Node ids, addresses and roles."""
     senders = list(range(1, args.senders + 1))
     receivers = list(range(args.senders + 1, args.senders + args.receivers + 1))
     loggers = list(range(args.senders + args.receivers + 1, args.senders + args.receivers + args.loggers + 1))
-    # in the host's own network, ports apart from other runs' (a namespace is the run's alone)
-    base = 17000 + (os.getpid() % 1000) * 20 if not use_ns else 17000
-    addrs = {i: f"127.0.0.1:{base + i}" for i in senders + receivers + loggers}
+    ids = senders + receivers + loggers
+    if hosts:
+        from rpbcast.tools.netns import HostNet
+        addrs = {i: f"{HostNet.SUBNET}{i}:{HOST_PORT}" for i in ids}
+    else:
+        # in the host's own network, ports apart from other runs' (a namespace is the run's alone)
+        base = 17000 + (os.getpid() % 1000) * 20 if not use_ns else 17000
+        addrs = {i: f"127.0.0.1:{base + i}" for i in ids}
     return senders, receivers, loggers, addrs
 
 
@@ -83,7 +99,14 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
            "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
            "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
            "drop_rate": args.loss if (args.loss and not plan.use_ns) else 0.0,
-           "flow_control": plan.flow_control}
+           "flow_control": plan.flow_control,
+           # a restarted node must come back as a new incarnation, however soon
+           "state_dir": os.path.join(plan.work, "state")}
+    if getattr(args, "flow_timeout", None):
+        cfg["flow_timeout"] = args.flow_timeout
+    if plan.hosts:
+        from rpbcast.tools.netns import HostNet
+        cfg.update(interface=HostNet.DEV, ttl=1)
     if role == "receiver" and args.busy_poll:
         cfg["busy_poll"] = True
     if role == "logger":
@@ -95,6 +118,7 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
             "slow": args.slow_receiver if (role == "receiver" and i == plan.receivers[0]) else 0,
             "duration": args.duration, "batch": args.batch, "run_dir": plan.run_dir,
             "inline": bool(args.inline) and role == "receiver",
+            "faults": bool(getattr(args, "faults_named", False)),
             "run_id": plan.run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
             "addr_to_node": {str(k): v for k, v in plan.addr_to_node().items()}}
     if role == "receiver":

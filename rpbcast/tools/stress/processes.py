@@ -1,7 +1,8 @@
 """The worker processes of a stress run, seen from the orchestrator: each
-one started (inside the run's namespace if it has one) with its stderr in
-the work directory, its JSON-line events read on a thread onto one queue
-for the whole group, and commands written to its stdin."""
+one started (inside the run's namespace, or its own host's, if it has one)
+with its stderr in the work directory, its JSON-line events read on a
+thread onto one queue for the whole group, and commands written to its
+stdin."""
 from __future__ import annotations
 
 import json
@@ -52,22 +53,32 @@ class WorkerProcess:
         self.p.send_signal(signal.SIGKILL)
         self.p.wait()
 
+    def pause(self, stop: bool):
+        """SIGSTOP (stop) or SIGCONT the worker: it neither runs nor reads
+        its sockets meanwhile, as a process the machine does not schedule."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGSTOP if stop else signal.SIGCONT)
+
 
 class Group:
     """The run's workers by node id, and the queue all their events
     arrive on."""
 
     def __init__(self, work, ns=None):
+        """ns: the namespace every worker runs in, or {node id: namespace}
+        (a host each), or None."""
         self.work = work
         self.ns = ns
         self.events = queue.Queue()
         self.procs = {}
+        self.ready = {}             # node id -> its last "ready" event
 
     def spawn(self, i, role, spec):
         """Start node i's worker (a restart replaces the old one)."""
         argv = [sys.executable, "-m", WORKER, json.dumps(spec)]
-        if self.ns:
-            argv = netns.exec_argv(self.ns, argv)
+        ns = self.ns.get(i) if isinstance(self.ns, dict) else self.ns
+        if ns:
+            argv = netns.exec_argv(ns, argv)
         self.procs[i] = WorkerProcess(f"{role}{i}", argv, self.events, os.path.join(self.work, f"{role}{i}.err"))
 
     def next_event(self, timeout):
@@ -88,6 +99,7 @@ class Group:
                 continue
             if ev["event"] == "ready":
                 ready.add(ev["id"])
+                self.ready[ev["id"]] = ev
             elif ev["event"] in ("error", "exit"):
                 errors.append(ev)
                 break
@@ -112,11 +124,20 @@ class Group:
                 finals[ev["id"]] = ev
             elif ev["event"] == "error":
                 errors.append(ev)
+        self.finished = set(finals)
         return finals
 
     def reap(self, grace=15.0):
         """Workers close their trace files and write counters after their
-        final report: let them exit on their own first, then kill the rest."""
+        final report: let them exit on their own first, then kill the rest.
+        One that never sent its final report (hung) gets only a second."""
+        finished = getattr(self, "finished", None)
+        for i, p in self.procs.items():
+            if finished is not None and i not in finished:
+                try:
+                    p.p.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    p.kill()
         end = time.time() + grace
         for p in self.procs.values():
             try:

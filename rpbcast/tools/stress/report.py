@@ -50,24 +50,91 @@ def gsgc_brief(st):
 def summarize(args, plan, sup, finals, dropped, t_start):
     """The summary of a finished run (sup: its Supervisor; finals: the
     workers' final reports by node id; dropped: the kernel's loss counters)."""
-    s = delivery_summary(args, plan, [r for r in plan.receivers if r not in sup.dead], sup.sent, finals,
-                         dropped, sup.complete, t_start, sup.killed)
+    live = sup.live_receivers()
+    s = delivery_summary(args, plan, live, sup.streams, finals, dropped, sup.complete, t_start, sup.killed)
+    agree_problems = stream_agreement(finals, live, sup.dead_streams)
+    if agree_problems:
+        s["problems"].update(agree_problems)
+        s["exactly_once"] = False
+    s["sent"] += sum(agreed_count(finals, live, k) for k in sup.dead_streams)
+    s["hosts"] = plan.hosts
     s["dead_receivers"] = sorted(sup.dead)
+    s["dead_nodes"] = sorted(sup.dead_nodes)
+    s["killed"] = [list(k) for k in sup.killed_nodes]
+    s["killed_sender_streams"] = dict(sup.dead_streams)
     s["buffer_peaks"] = sup.buffer_peaks
     s["buffer_end"] = sup.buffer_last
     s["buffer_series"] = sup.buffer_series
     s["kill_at_s"] = round(sup.kill_t - t_start, 2) if sup.kill_t else None
+    s["faults"] = [dict(f.to_json(), catch_up_s=catch_up_s(sup, f)) for f in sup.faults.faults]
+    s["fault_drops"] = sup.faults.dropped() if sup.faults.firewalls else None
+    s["protocol_events"] = sup.protocol_events
+    s["released"] = [e for e in sup.protocol_events if e["event"][0] == "released"]
+    s["lost_ids"] = {i: f.get("lost_ids", 0) for i, f in finals.items() if f.get("lost_ids")}
+    s["rss_peak_kb"] = {i: f.get("rss_peak_kb") for i, f in finals.items()}
+    by_role = {}
+    for i, f in finals.items():
+        by_role[f["role"]] = max(by_role.get(f["role"], 0), f.get("rss_peak_kb") or 0)
+    s["rss_peak_kb_by_role"] = by_role
     if args.gsgc:
         s["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
     s["run_dir"] = plan.run_dir
     return s
 
 
+def stream_agreement(finals, receivers, dead_streams):
+    """A killed sender's stream has no known count: every live receiver
+    must have delivered the same set of its messages, each once."""
+    bad = {}
+    for key in dead_streams:
+        views = {i: finals[i]["check"].get(key) for i in receivers if i in finals}
+        seen = {(c or {}).get("digest") for c in views.values()}
+        if len(seen) > 1 or None in seen:
+            bad[f"killed sender stream {key}"] = {i: (c and {k: c[k] for k in ("delivered", "highest")})
+                                                  for i, c in views.items()}
+    return bad
+
+
+def agreed_count(finals, receivers, key):
+    counts = [finals[i]["check"].get(key, {}).get("delivered", 0) for i in receivers if i in finals]
+    return max(counts, default=0)
+
+
+def catch_up_s(sup, fault):
+    """From the end of a fault (healed, resumed, restarted) until every
+    live receiver had delivered everything sent before it ended (per
+    stream, every seq below the sender's last report by then): seconds, at
+    the workers' report interval; None for a fault that never ended, when
+    it never happened, or when some receiver never caught up."""
+    if fault.ended is None:
+        return None
+    end = sup.at + int(fault.ended * 1e9)
+    target = {}
+    for key, series in sup.sent_series.items():
+        before = [n for t, n in series if t <= end]
+        if before and before[-1]:
+            target[key] = before[-1]
+
+    def caught(prefix):
+        return prefix is None or all(prefix.get(k, 0) >= n for k, n in target.items())
+
+    worst = end
+    for r in sup.live_receivers():
+        series = sorted(sup.prefix_series.get(r, []), key=lambda e: (e[0], e[1] is None))
+        # from its last report before the end on (it may have had it all then)
+        k = max([j for j, (t, _) in enumerate(series) if t <= end] or [0])
+        t = next((t for t, p in series[k:] if caught(p)), None)
+        if t is None:
+            return None
+        worst = max(worst, t)
+    return round((worst - end) / 1e9, 3)
+
+
 def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_start, killed):
     """The live receivers' check, rates and latency, and the group's repair
     and overhead counters."""
     senders, loggers = plan.senders, plan.loggers
-    total_sent = sum(v["count"] for v in sent.values())
+    total_sent = sum(v["count"] for v in sent.values())          # every finished incarnation's count
     send_secs = max((v["seconds"] for v in sent.values()), default=0)
     recv = [finals[i] for i in receivers if i in finals]
     rates = [f["rate"] for f in recv]
@@ -89,6 +156,9 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
         "latency_p999": percentile(hist, 0.999), "latency_max": percentile(hist, 1.0),
         "repairs_peer": tot("repairs_peer", receivers), "repairs_logger": tot("repairs_logger", receivers),
         "gaps": tot("gaps", receivers), "served_by_loggers": tot("served", loggers),
+        # repairs served by anyone per id a receiver found missing (1.0: each once)
+        "served_per_missing": (tot("served", list(finals)) / tot("gap_ids", receivers)
+                               if tot("gap_ids", receivers) else None),
         "overhead_per_data_byte": other_bytes / data_bytes if data_bytes else None,
         "repair_bytes_per_data_byte": repair_bytes / data_bytes if data_bytes else None,
         "exactly_once": not bad and len(recv) == len(receivers) and all(i in complete for i in receivers),
@@ -178,7 +248,8 @@ def print_summary(s):
     ok = "yes" if s["exactly_once"] else "NO"
     lines = [
         f"rpbcast stress: {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
-        f"{s['size']} B messages, {s['transport']}, flow control by {s.get('flow_control', 'loggers')}",
+        f"{s['size']} B messages, {s['transport']}" + (" between hosts on a bridge" if s.get("hosts") else "") +
+        f", flow control by {s.get('flow_control', 'loggers')}",
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
         f"  received        {s['recv_rate_min']:,.0f} msgs/s delivered by the slowest receiver, {s['mb_s_min']:.1f} MB/s",
@@ -193,7 +264,15 @@ def print_summary(s):
         lines.append("  per receiver    " + ", ".join(
             f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "
             f"{s['per_receiver_purged'][i]:,} obsolete dropped" for i in s["per_receiver_rate"]))
-    if s.get("receiver_killed"):
+    for f in s.get("faults") or []:
+        when = (f"applied at {f['applied']:.2f} s" if f.get("applied") is not None else "never applied") + \
+            (f", ended at {f['ended']:.2f} s" if f.get("ended") is not None else "")
+        caught = f", everyone caught up {f['catch_up_s']:.2f} s later" if f.get("catch_up_s") is not None else ""
+        lines.append(f"  {'fault':<15} {f['what']}: {when}{caught}" + (f" ({f['note']})" if f.get("note") else ""))
+    for e in s.get("released") or []:
+        lines.append(f"  {'released':<15} sender {e['node']} stopped waiting for receiver {e['event'][1]} "
+                     f"at {e['t_s']:.2f} s: {e['event'][2]}")
+    if s.get("receiver_killed") and not s.get("faults"):
         lines.append("  a receiver was killed (SIGKILL) " + (f"and left dead: node {s['dead_receivers']}"
                                                            if s.get("dead_receivers") else "and restarted") +
                      " during the run")

@@ -135,9 +135,48 @@ class Tally:
             arr = self.counts[key] = new
         count_seqs(arr, q)
 
-    def check(self, expect, latest=None):
-        """{sender: {...}} against expected counts {(s, inc): n}."""
+    def have(self) -> int:
+        """Distinct messages delivered, over every stream (and every life of
+        this receiver: the counts are checkpointed)."""
+        return sum(int(np.count_nonzero(a)) for a in self.counts.values())
+
+    def prefixes(self) -> dict:
+        """{"s/inc": how many seqs from 0 on were all delivered}, per stream:
+        what catching up means (a count of distinct deliveries can pass the
+        number sent while old ids are still missing).  Incremental: each
+        call scans on from the last call's answer."""
+        memo = self.__dict__.setdefault("_prefix", {})
         out = {}
+        for key, arr in self.counts.items():
+            p = memo.get(key, 0)
+            zero = np.flatnonzero(arr[p:] == 0)
+            p = p + int(zero[0]) if len(zero) else len(arr)
+            memo[key] = p
+            out[f"{key[0]}/{key[1]}"] = p
+        return out
+
+    def digests(self, keys):
+        """{"s/inc": [distinct delivered, highest seq, CRC of the delivered
+        set]} of streams whose count nobody knows (a killed sender's): the
+        receivers must agree on them."""
+        import zlib
+        out = {}
+        for s, i in keys:
+            arr = self.counts.get((s, i), np.zeros(0, np.uint8))
+            got = np.nonzero(arr)[0]
+            top = int(got[-1]) if len(got) else -1
+            out[f"{s}/{i}"] = [int(len(got)), top, zlib.crc32(np.packbits(arr[:top + 1] > 0).tobytes())]
+        return out
+
+    def check(self, expect, latest=None, agree=()):
+        """{sender: {...}} against expected counts {(s, inc): n}; for the
+        streams in `agree`, what was delivered (for the cross-receiver
+        agreement check) and whether anything twice."""
+        out = {}
+        for key, (n, top, crc) in self.digests(agree).items():
+            arr = self.counts.get(tuple(map(int, key.split("/"))), np.zeros(0, np.uint8))
+            out[key] = {"expected": None, "delivered": n, "highest": top, "digest": crc, "missing": 0,
+                        "duplicates": int((arr > 1).sum()), "unexpected": 0, "agree": True}
         for (s, i), n in expect.items():
             arr = self.counts.get((s, i), np.zeros(0, np.uint8))
             a = np.zeros(n, np.uint8)

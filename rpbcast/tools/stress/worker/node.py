@@ -2,7 +2,10 @@
 from the worker's spec, and what the worker's events report of it."""
 from __future__ import annotations
 
+import time
+
 from rpbcast.config import Config, MemberSpec
+from rpbcast.tools.stress.worker.channel import emit
 
 
 def make_config(spec) -> Config:
@@ -54,8 +57,42 @@ def buffers(node):
             "gossip_entries": st["gossip_buffer_entries"], "gossip_bytes": st["gossip_buffer_bytes"]}
 
 
-def final_event(spec, node, role, **more) -> dict:
-    """The worker's last report: its role's results, the node's counters
-    and, with GSGC, the extension's state."""
+def peak_rss_kb() -> int:
+    """This process's peak resident set (KiB)."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+class ProtocolEvents:
+    """The node's events for the application (Node.events()) as the run
+    reports them: a receiver released from or restored to flow control and
+    a member declared failed or recovered, each sent to the orchestrator as
+    it happens; ids lost for good, counted."""
+
+    NOTABLE = ("released", "restored")
+
+    def __init__(self):
+        self.notable = []
+        self.lost_ids = 0
+
+    def poll(self, node):
+        for ev in node.events():
+            if ev[0] == "lost":
+                self.lost_ids += int(ev[4]) - int(ev[3]) + 1
+            elif ev[0] in self.NOTABLE or (ev[0] == "member" and ev[2] in ("failed", "recovered")):
+                rec = {"t": time.monotonic_ns(), "what": [x if isinstance(x, (int, str)) else str(x) for x in ev]}
+                self.notable.append(rec)
+                emit(event="protocol", id=node.node_id, **rec)
+
+
+def final_event(spec, node, role, events: ProtocolEvents = None, **more) -> dict:
+    """The worker's last report: its role's results, the node's counters,
+    its peak memory, its notable protocol events and, with GSGC, the
+    extension's state."""
+    if events is not None:
+        events.poll(node)
     return {"event": "final", "id": node.node_id, "role": role, **more, "stats": final_stats(node),
+            "rss_peak_kb": peak_rss_kb(),
+            "protocol_events": events.notable if events is not None else [],
+            "lost_ids": events.lost_ids if events is not None else 0,
             "gsgc": gsgc_state(node) if spec.get("gsgc") else None}

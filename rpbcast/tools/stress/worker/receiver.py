@@ -8,9 +8,11 @@ import time
 
 from rpbcast.tools.stress.tally import Tally
 from rpbcast.tools.stress.worker.channel import emit
-from rpbcast.tools.stress.worker.node import buffers, drain_trace, extensions, final_event, make_config
+from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_trace, extensions, final_event,
+                                              make_config)
 
-REPORT_EVERY_NS = 250_000_000
+REPORT_EVERY_NS = 250_000_000          # progress, and the checkpoint
+FAULT_REPORT_EVERY_NS = 100_000_000    # progress in a run with faults (catch-up times)
 BATCH = 65536
 
 
@@ -27,8 +29,11 @@ def run_receiver(spec, cmds, tw_factory):
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
     app = _Application(node, inline, spec.get("slow", 0))
     orders = _Orders()
+    events = ProtocolEvents()
     completed = False
-    next_report = 0
+    next_report = next_save = 0
+    watched = bool(spec.get("faults"))        # report what it has often: the run measures catch-up
+    every = FAULT_REPORT_EVERY_NS if watched else REPORT_EVERY_NS
     while not orders.stop:
         b = app.take()
         now = time.monotonic_ns()
@@ -36,24 +41,32 @@ def run_receiver(spec, cmds, tw_factory):
             tally.add(b, now)
         elif not inline:
             node.transport.wait(0.01)
-        orders.read(cmds)
+        if orders.read(cmds):
+            completed = False               # new orders: say so again once they are met
         if orders.expect is not None and not completed and tally.complete(orders.expect, orders.latest):
             completed = True
             emit(event="complete", id=node.node_id, t=now)
         if now >= next_report:
-            emit(event="progress", id=node.node_id, delivered=tally.delivered, buffers=buffers(node))
+            # have: every distinct message delivered, checkpointed lives included
+            # prefix: per stream, how many from seq 0 on it has them all (catch-up)
+            more = {"have": tally.have(), "prefix": tally.prefixes(), "t": now,
+                    "agree": tally.digests(orders.agree)} if watched else {}
+            emit(event="progress", id=node.node_id, delivered=tally.delivered, buffers=buffers(node), **more)
             drain_trace(node, tw)
-            if ckpt:
-                tally.save(ckpt)
-            next_report = now + REPORT_EVERY_NS
+            events.poll(node)
+            next_report = now + every
+        if ckpt and now >= next_save:
+            tally.save(ckpt)
+            next_save = now + REPORT_EVERY_NS
     app.drain(tally)
     if ckpt:
         tally.save(ckpt)
     drain_trace(node, tw)
     rate = tally.delivered / ((tally.last - tally.first) / 1e9) if tally.first and tally.last > tally.first else 0
-    emit(**final_event(spec, node, "receiver", delivered=tally.delivered, rate=rate,
+    emit(**final_event(spec, node, "receiver", events, delivered=tally.delivered, rate=rate,
                        first=tally.first, last=tally.last,
-                       check=tally.check(orders.expect or {}, orders.latest), hist=tally.hist.tolist()))
+                       check=tally.check(orders.expect or {}, orders.latest, orders.agree),
+                       hist=tally.hist.tolist()))
     return node
 
 
@@ -96,19 +109,29 @@ class _Application:
 
 
 class _Orders:
-    """What the orchestrator said: the counts to expect per (sender, inc)
-    and, for FIFO-SRB, each label's latest seq; and whether to stop."""
+    """What the orchestrator said: the counts to expect per (sender, inc),
+    for FIFO-SRB each label's latest seq, and the streams of killed senders
+    whose count nobody knows (every receiver must agree on them); and
+    whether to stop."""
 
     def __init__(self):
         self.expect = None
         self.latest = None
+        self.agree = []
         self.stop = False
+        self._counts = self._agree = None
 
-    def read(self, cmds):
+    def read(self, cmds) -> bool:
+        """Take the waiting commands; whether the expectation changed."""
+        changed = False
         while not cmds.empty():
             c = cmds.get()
             if c["cmd"] == "expect":
+                changed = changed or c["counts"] != self._counts or c.get("agree", []) != self._agree
+                self._counts, self._agree = c["counts"], c.get("agree", [])
                 self.expect = {tuple(map(int, k.split("/"))): v for k, v in c["counts"].items()}
                 self.latest = c.get("latest")
+                self.agree = [tuple(map(int, k.split("/"))) for k in c.get("agree", [])]
             elif c["cmd"] == "stop":
                 self.stop = True
+        return changed

@@ -3,14 +3,17 @@ duration (paced to a rate or as fast as the group takes them), say how many
 it sent, then stay up serving repairs until told to stop."""
 from __future__ import annotations
 
+import queue
 import time
 
 import numpy as np
 
 from rpbcast.tools.stress.worker.channel import emit
-from rpbcast.tools.stress.worker.node import buffers, drain_trace, extensions, final_event, make_config
+from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_trace, extensions, final_event,
+                                              make_config)
 
 REPORT_EVERY_NS = 250_000_000
+FAULT_REPORT_EVERY_NS = 100_000_000    # in a run with faults (catch-up times)
 
 
 def run_sender(spec, cmds, tw_factory):
@@ -18,13 +21,14 @@ def run_sender(spec, cmds, tw_factory):
     from rpbcast.api import Node
     node = Node(make_config(spec), trace=spec.get("trace_cap", 0), extensions=extensions(spec))
     tw = tw_factory(node)
-    _send(spec, node, cmds, tw)
-    emit(**final_event(spec, node, "sender"))
+    events = ProtocolEvents()
+    _send(spec, node, cmds, tw, events)
+    emit(**final_event(spec, node, "sender", events))
     return node
 
 
-def _send(spec, node, cmds, tw):
-    size, rate, duration = spec["size"], spec["rate"], spec["duration"]
+def _send(spec, node, cmds, tw, events):
+    size, rate, duration = spec["size"], spec["rate"], spec["duration"]     # (a restart sends for the rest)
     batch = spec.get("batch", 1024)
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr)
     start = _wait_for_start(cmds)
@@ -37,6 +41,7 @@ def _send(spec, node, cmds, tw):
     t0 = time.monotonic_ns()
     end = t0 + int(duration * 1e9)
     next_report = t0
+    every = FAULT_REPORT_EVERY_NS if spec.get("faults") else REPORT_EVERY_NS
     blocked = 0
     while True:
         now = time.monotonic_ns()
@@ -51,13 +56,19 @@ def _send(spec, node, cmds, tw):
             blocked += 1
             time.sleep(0.0002)          # back-pressure: let loggers catch up
         if now >= next_report:
-            emit(event="progress", id=node.node_id, sent=sent, buffers=buffers(node))
+            emit(event="progress", id=node.node_id, inc=node.incarnation, sent=sent, t=now,
+                 buffers=buffers(node))
             drain_trace(node, tw)
-            next_report = now + REPORT_EVERY_NS
+            events.poll(node)
+            next_report = now + every
     emit(event="sent", id=node.node_id, inc=node.incarnation, count=sent, blocked=blocked,
          seconds=(time.monotonic_ns() - t0) / 1e9, latest=batches.latest_by_label())
     while True:
-        c = cmds.get()
+        try:
+            c = cmds.get(timeout=0.1)
+        except queue.Empty:
+            events.poll(node)
+            continue
         drain_trace(node, tw)
         if c["cmd"] == "stop":
             break
