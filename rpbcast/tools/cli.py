@@ -6,11 +6,13 @@ missing still registers, and says how to install them when run.
 """
 import argparse
 import importlib
+import logging
+import os
 import sys
 
 # (module, what it adds)
 FAMILIES = [
-    ("rpbcast.tools.commands", "node, logger, pub, sub, stat, selfcheck"),
+    ("rpbcast.tools.commands", "node, logger, pub, sub, stat, doctor, selfcheck"),
     ("rpbcast.tools.stress.cli", "stress: the main job"),
     ("rpbcast.analysis.cli", "analyze, sweep (Spark)"),
     ("rpbcast.sim.cli", "sim: experiments in the simulator"),
@@ -35,12 +37,41 @@ def build_parser():
 def main(argv=None):
     from rpbcast.config import ConfigError
     args = build_parser().parse_args(argv)
+    _log_warnings_to_stderr(args.cmd)
     try:
         rc = args.func(args)
     except ConfigError as e:
         print(f"rpbcast {args.cmd}: configuration error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # `rpbcast stat | head`: the reader went away; that is not an error,
+        # and Python must not report it again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0 if rc is None else int(rc)
+
+
+class _OneLine(logging.Formatter):
+    """'rpbcast CMD: warning: ...'"""
+
+    def __init__(self, prefix):
+        super().__init__()
+        self.prefix = prefix
+
+    def format(self, record):
+        return f"{self.prefix}{record.levelname.lower()}: {record.getMessage()}"
+
+
+def _log_warnings_to_stderr(cmd):
+    """The library's warnings (unreachable members, a publisher waiting on
+    an absent logger, undrained messages at close) as one line each."""
+    lg = logging.getLogger("rpbcast")
+    if not lg.handlers:
+        h = logging.StreamHandler(sys.stderr)
+        h.setFormatter(_OneLine(f"rpbcast {cmd}: "))
+        lg.addHandler(h)
+        lg.setLevel(logging.WARNING)
+        lg.propagate = False
 
 
 if __name__ == "__main__":
