@@ -51,27 +51,32 @@ def main(argv=None):
     return 0 if rc is None else int(rc)
 
 
-class _OneLine(logging.Formatter):
-    """'rpbcast CMD: warning: ...'"""
+class _ToStderr(logging.Handler):
+    """The library's warnings as 'rpbcast CMD: warning: ...' on whatever
+    sys.stderr is when they happen."""
 
-    def __init__(self, prefix):
-        super().__init__()
-        self.prefix = prefix
+    def __init__(self, cmd):
+        super().__init__(logging.WARNING)
+        self.cmd = cmd
 
-    def format(self, record):
-        return f"{self.prefix}{record.levelname.lower()}: {record.getMessage()}"
+    def emit(self, record):
+        try:
+            print(f"rpbcast {self.cmd}: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr,
+                  flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 def _log_warnings_to_stderr(cmd):
     """The library's warnings (unreachable members, a publisher waiting on
     an absent logger, undrained messages at close) as one line each."""
     lg = logging.getLogger("rpbcast")
-    if not lg.handlers:
-        h = logging.StreamHandler(sys.stderr)
-        h.setFormatter(_OneLine(f"rpbcast {cmd}: "))
-        lg.addHandler(h)
+    for h in list(lg.handlers):
+        if isinstance(h, _ToStderr):
+            lg.removeHandler(h)
+    lg.addHandler(_ToStderr(cmd))
+    if lg.level == logging.NOTSET or lg.level > logging.WARNING:
         lg.setLevel(logging.WARNING)
-        lg.propagate = False
 
 
 if __name__ == "__main__":
