@@ -19,6 +19,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Callable, List, NamedTuple, Optional
 
 import numpy as np
@@ -225,7 +226,9 @@ class Node:
         if start:
             self.transport.start()
         if cfg.role != "logger":
-            threading.Thread(target=self._watch, name=f"rpbcast-watch-{cfg.node_id}", daemon=True).start()
+            # (a weak reference: a node nobody closes is still collected, and its __del__ stops it)
+            threading.Thread(target=_watch, args=(weakref.ref(self), self._stop), name=f"rpbcast-watch-{cfg.node_id}",
+                             daemon=True).start()
 
     # ---- identity -------------------------------------------------------
     @property
@@ -337,36 +340,29 @@ class Node:
             else:
                 self.transport.run_once(step)      # nobody else drives this node
 
-    def _watch(self):
-        """Say what the publisher waits for when nothing has been
-        acknowledged for STALL_REPORT_AFTER seconds (a logger that is not
-        there, or died): once, then every STALL_REPORT_EVERY seconds."""
-        last_acked, since, next_report = None, None, 0.0
-        while not self._stop.wait(WATCH_INTERVAL):
-            try:
-                self.transport.lock()
-                try:
-                    node = self.engine.node
-                    acked, unacked = node.acked, (node.next_seq - node.acked if node.hold_send else 0)
-                    d = self._send_state(self._t_start) if unacked > 0 else None
-                finally:
-                    self.transport.unlock()
-            except Exception:        # noqa: BLE001 -- closing under us
-                return
-            now = time.monotonic()
-            if unacked <= 0 or acked != last_acked:
-                last_acked, since = acked, (now if unacked > 0 else None)
-                if self.stalled is not None and unacked <= 0:
-                    _log.warning(f"node {self.node_id}: every published message is acknowledged again")
-                self.stalled = None
-                continue
-            if now - since >= STALL_REPORT_AFTER:
-                self.stalled = (f"{unacked:,} published message(s) (seqs {d.first}..{d.last}) without an "
-                                f"acknowledgment for {now - since:.1f} s: waiting for "
-                                f"{'; '.join(d.waiting_for) or '?'}")
-                if now >= next_report:
-                    _log.warning(f"node {self.node_id}: {self.stalled}")
-                    next_report = now + STALL_REPORT_EVERY
+    def _watch_once(self, w):
+        """One look at the send buffer (the watch thread, _watch)."""
+        self.transport.lock()
+        try:
+            node = self.engine.node
+            acked, unacked = node.acked, (node.next_seq - node.acked if node.hold_send else 0)
+            d = self._send_state(self._t_start) if unacked > 0 else None
+        finally:
+            self.transport.unlock()
+        now = time.monotonic()
+        if unacked <= 0 or acked != w["acked"]:
+            w["acked"], w["since"] = acked, (now if unacked > 0 else None)
+            if self.stalled is not None and unacked <= 0:
+                _log.warning(f"node {self.node_id}: every published message is acknowledged again")
+            self.stalled = None
+            return
+        if now - w["since"] >= STALL_REPORT_AFTER:
+            self.stalled = (f"{unacked:,} published message(s) (seqs {d.first}..{d.last}) without an "
+                            f"acknowledgment for {now - w['since']:.1f} s: waiting for "
+                            f"{'; '.join(d.waiting_for) or '?'}")
+            if now >= w["next_report"]:
+                _log.warning(f"node {self.node_id}: {self.stalled}")
+                w["next_report"] = now + STALL_REPORT_EVERY
 
     # ---- receiving ------------------------------------------------------
     def recv_batch(self, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
@@ -647,6 +643,22 @@ class Node:
                 self.transport.stop()
         except Exception:
             pass
+
+
+def _watch(ref, stop: threading.Event):
+    """Say what a publisher waits for when nothing has been acknowledged
+    for STALL_REPORT_AFTER seconds (a logger that is not there, or died):
+    once, then every STALL_REPORT_EVERY seconds (Node.stalled meanwhile)."""
+    w = {"acked": None, "since": None, "next_report": 0.0}
+    while not stop.wait(WATCH_INTERVAL):
+        node = ref()
+        if node is None:
+            return
+        try:
+            node._watch_once(w)
+        except Exception:        # noqa: BLE001 -- closing under us
+            return
+        del node
 
 
 def _reach_warnings(cfg: Config) -> List[str]:
