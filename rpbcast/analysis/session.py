@@ -231,7 +231,20 @@ def get_session(master: Optional[str] = None, app: str = "rpbcast", conf: Option
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
+    if HEAP_KEY not in (conf or {}):
+        # getOrCreate hands back a running session with our runtime keys
+        # applied but its JVMs as they were started: the heap is the one
+        # the context runs with, not the one asked for
+        spark.conf.set(HEAP_KEY, str(running_heap_mb(spark.sparkContext.getConf())))
     return spark
+
+
+def running_heap_mb(sc_conf) -> int:
+    """The heap a task runs in, from a started SparkContext's configuration
+    (the driver's in local mode, an executor's otherwise; Spark's 1 GB when
+    unset)."""
+    key = "spark.driver.memory" if is_local(sc_conf.get("spark.master", "")) else "spark.executor.memory"
+    return memory_mb(sc_conf.get(key, f"{SPARK_DEFAULT_HEAP_MB}m"))
 
 
 def parse_conf(pairs) -> Dict[str, str]:
