@@ -710,7 +710,9 @@ def test_failure_line_names_memory_and_what_to_do():
     line = failure_line(e)
     assert "\n" not in line and line.startswith("out of memory (java.lang.OutOfMemoryError: Java heap space)")
     assert "spark.executor.memory" in line
-    assert failure_line(ValueError("bad\nthing")) == "bad"
+    # anything else: the exception's kind and the first line of its message
+    # (a bare KeyError's message is only the key)
+    assert failure_line(ValueError("bad\nthing")) == "ValueError: bad"
 
 
 def test_the_logger_is_in_every_table_also_without_a_trace(spark, base, tmp_path, capsys):
