@@ -119,12 +119,12 @@ static int drop(rp_loop_t *l) {
 
 /* Wait for input until the next timer is due (at most max_wait_ns, and
  * 100 ms); ready[k] marks socket k (2: the wake eventfd).  A busy-polling
- * loop does not wait.  Returns the time after the wait. */
-static int64_t wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
+ * loop does not wait. */
+static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t now = rp_now_ns();
     if (l->busy_poll) {
         ready[0] = ready[1] = 1;
-        return now;
+        return;
     }
     int64_t wait = l->next_timer - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
@@ -142,7 +142,6 @@ static int64_t wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
             ready[evs[i].data.u32] = 1;
     if (ready[2])
         drain_wake(l);
-    return rp_now_ns();
 }
 
 /* Kernel receive timestamps (SO_TIMESTAMPNS) are CLOCK_REALTIME; the
@@ -173,8 +172,13 @@ static void rx_into_node(rp_loop_t *l, int64_t now, int64_t real_minus_mono) {
     }
 }
 
-/* Receive up to max_batches batches from socket k.  Returns datagrams. */
-static int rx_socket(rp_loop_t *l, int k, int64_t now, int64_t real_minus_mono) {
+/* Receive up to max_batches batches from socket k.  Returns datagrams.
+ * Each batch is stamped with a clock read after its recvmmsg returned: a
+ * datagram cannot have arrived later than that.  One reading reused for
+ * several batches (or taken before the node mutex, which the application
+ * may hold for a while) stamped receipts before their send, by as much as
+ * the control plane or the mutex took (360 ms seen). */
+static int rx_socket(rp_loop_t *l, int k, int64_t real_minus_mono) {
     rp_node_t *n = l->node;
     int got = 0;
     for (uint32_t b = 0; b < l->max_batches; b++) {
@@ -182,6 +186,7 @@ static int rx_socket(rp_loop_t *l, int k, int64_t now, int64_t real_minus_mono) 
         if (r <= 0)
             break;
         got += r;
+        int64_t now = rp_now_ns();
         rx_into_node(l, now, real_minus_mono);
         /* Control bodies point into the receive buffers: hand them over
          * before the next batch reuses them. */
@@ -198,16 +203,17 @@ static int rx_socket(rp_loop_t *l, int k, int64_t now, int64_t real_minus_mono) 
 
 int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     int ready[3] = {0, 0, 0};
-    int64_t now = wait_input(l, max_wait_ns, ready);
+    wait_input(l, max_wait_ns, ready);
     l->n_iter++;
     pthread_mutex_lock(&l->mu);
     l->sleep_until = 0;
     rp_node_t *n = l->node;
-    int64_t real_minus_mono = realtime_offset(l, now);
+    int64_t real_minus_mono = realtime_offset(l, rp_now_ns());
     int got = 0;
     for (int k = 0; k < 2; k++)
         if (ready[k] && l->socks[k])
-            got += rx_socket(l, k, now, real_minus_mono);
+            got += rx_socket(l, k, real_minus_mono);
+    int64_t now = rp_now_ns();          /* after the receive work: timers are judged now */
     if (l->control && (now >= l->next_timer || n->nack_pending)) {
         int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
         l->next_timer = l->control(l->ctx, now, why);

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import errno
+import logging
 import os
 import threading
 import time
-from typing import Callable, NamedTuple, Optional
+import weakref
+from typing import Callable, List, NamedTuple, Optional
 
 import numpy as np
 
@@ -27,7 +30,14 @@ from rpbcast.core.node import NOLABEL
 from rpbcast.protocol.engine import Engine
 from rpbcast.drivers.udp import SocketError, Transport
 
+_log = logging.getLogger("rpbcast")
+
 EPOCH_2024 = 1704067200
+# the send-buffer watch: how often it looks, and how long without any
+# acknowledgment before it says what the publisher waits for
+WATCH_INTERVAL = 0.25
+STALL_REPORT_AFTER = 1.0
+STALL_REPORT_EVERY = 10.0
 # receive(): messages fetched per refill, into a buffer of this many bytes
 # (a refill stops early when the buffer is full; the rest waits)
 RECEIVE_BATCH = 1024
@@ -59,6 +69,36 @@ class Batch(NamedTuple):
     def payload(self, i) -> memoryview:
         o = int(self.offs[i])
         return memoryview(self.buf)[o:o + int(self.lens[i])]
+
+
+@dataclasses.dataclass(frozen=True)
+class Drain:
+    """What flush() or close() left: whether every published message was
+    acknowledged by what flow control waits for (loggers, and with
+    flow_control = "receivers" every live receiver), and if not, which
+    messages and what they wait for.  True when drained."""
+    drained: bool
+    unacked: int                     # published messages not acknowledged
+    first: Optional[int]             # their seqs: first .. last
+    last: Optional[int]
+    waiting_for: tuple               # in words, one entry per logger / receiver behind
+    waited: float                    # seconds waited
+    confirmed: bool = True           # False: nothing acknowledges (no logger): nothing to wait for
+
+    def __bool__(self):
+        return self.drained
+
+    def __str__(self):
+        if not self.confirmed:
+            return "nothing acknowledges published messages (no logger): delivery is not confirmed"
+        if self.drained:
+            return "every published message is acknowledged"
+        return (f"{self.unacked:,} published message(s) not acknowledged after {self.waited:.1f} s "
+                f"(seqs {self.first}..{self.last}): waiting for {'; '.join(self.waiting_for) or '?'}")
+
+
+def _ago(now_ns: int, t_ns: int) -> str:
+    return f"{(now_ns - t_ns) / 1e9:.1f} s ago"
 
 
 def _incarnation(cfg: Config) -> int:
@@ -112,7 +152,10 @@ class Node:
 
     def __init__(self, config: Config, *, start: bool = True, log=None, resume=None,
                  trace: int = 0, stats_socket: Optional[str] = None, extensions=()):
-        """resume: {(sender, inc): first seq wanted} for a restarted receiver;
+        """resume: what a restarted receiver already delivered, per stream
+        {(sender, inc): frontier int | delivered seqs | [(lo, hi)] ranges}
+        (Engine.resume): those ids are never delivered again, the others
+        are recovered; streams it does not name follow Config.catch_up;
         trace: capacity of the event trace buffer (0 = off);
         stats_socket: a UNIX socket path where `rpbcast stat` reads live
         counters; extensions: engine extensions to run (e.g.
@@ -133,7 +176,8 @@ class Node:
         inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
         ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
         self.config = cfg
-        self.engine = Engine(ecfg, time.monotonic_ns(), log=log)
+        self._t_start = time.monotonic_ns()
+        self.engine = Engine(ecfg, self._t_start, log=log)
         if resume:
             self.engine.resume(resume)
         if trace:
@@ -153,8 +197,12 @@ class Node:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
         self.engine.set_addr(self.transport.addr)
+        # a static member started while streams may be running answers for
+        # what follows its start, unless catch_up (docs/api.md, "Restarts")
+        self.engine.started_late(time.monotonic_ns())
+        self.transport.run_once(0.0)        # send what that queued (its JOIN) now
         info = self.transport.sock_info()
-        self.warnings = []
+        self.warnings = _reach_warnings(cfg)
         if cfg.rcvbuf and info["rcvbuf"] < cfg.rcvbuf:
             self.warnings.append(f"receive buffer capped at {info['rcvbuf']} bytes (asked {cfg.rcvbuf}): "
                                  f"raise net.core.rmem_max, or run as root")
@@ -162,7 +210,6 @@ class Node:
             self.warnings.append(f"send buffer capped at {info['sndbuf']} bytes (asked {cfg.sndbuf}): "
                                  f"raise net.core.wmem_max, or run as root")
         for w in self.warnings:
-            import logging
             logging.getLogger("rpbcast").warning(w)
         self._batch = None
         self._bi = 0
@@ -170,11 +217,18 @@ class Node:
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
+        self._close_drain = None
         self._stats_sock = None
+        self.stalled = None          # what the send buffer waits for, while nothing is acknowledged
+        self._stop = threading.Event()
         if stats_socket:
             self._serve_stats(stats_socket)
         if start:
             self.transport.start()
+        if cfg.role != "logger":
+            # (a weak reference: a node nobody closes is still collected, and its __del__ stops it)
+            threading.Thread(target=_watch, args=(weakref.ref(self), self._stop), name=f"rpbcast-watch-{cfg.node_id}",
+                             daemon=True).start()
 
     # ---- identity -------------------------------------------------------
     @property
@@ -207,6 +261,108 @@ class Node:
         if labels is not None:
             labels = np.ascontiguousarray(labels, dtype=np.uint64)
         return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels)
+
+    # ---- draining: what flow control still waits for --------------------
+    def _send_state(self, t0_ns: int) -> Drain:
+        """The send buffer now (node lock held by the caller)."""
+        e = self.engine
+        node = e.node
+        nxt, acked = node.next_seq, node.acked
+        if not node.hold_send:
+            return Drain(True, 0, None, None, (), (time.monotonic_ns() - t0_ns) / 1e9,
+                         confirmed=bool(e.members.loggers()) or not nxt)
+        unacked = max(nxt - acked, 0)
+        if not unacked:
+            return Drain(True, 0, None, None, (), (time.monotonic_ns() - t0_ns) / 1e9)
+        return Drain(False, unacked, acked, nxt - 1, tuple(self._waiting_for(nxt)),
+                     (time.monotonic_ns() - t0_ns) / 1e9)
+
+    def _waiting_for(self, nxt: int) -> List[str]:
+        """Who has not acknowledged seqs below nxt, and when we last heard of
+        them (node lock held)."""
+        e = self.engine
+        now = time.monotonic_ns()
+        out = []
+        acks = getattr(getattr(e, "logger_acks", None), "acks", {})
+        for m in e.members.loggers():
+            held = acks.get(m.node_id, 0)
+            if held >= nxt:
+                continue
+            where = netaddr.fmt_addr(m.addr) if m.addr else "?"
+            if not m.last_heard:
+                heard = f"never heard from (this node started {_ago(now, self._t_start)})"
+            else:
+                heard = f"last heard {_ago(now, m.last_heard)}"
+            out.append(f"logger {m.node_id} at {where}: {heard}, "
+                       f"{'holds seqs below ' + str(held) if held else 'has acknowledged nothing'}")
+        reports = getattr(e.send_buffer, "reports", None)
+        if reports is not None and self.config.flow_control == "receivers":
+            timeout = int(self.config.flow_timeout * 1e9)
+            for m in e.members.active(now, timeout):
+                if m.is_logger or not m.last_heard:
+                    continue
+                got = reports.get(m.node_id, (0, 0))[1]
+                if got < nxt:
+                    out.append(f"receiver {m.node_id}: reported seqs below {got}, last heard {_ago(now, m.last_heard)}")
+        return out
+
+    def send_buffer(self) -> Drain:
+        """The send buffer now: what is published but not acknowledged yet,
+        and what it waits for."""
+        self.transport.lock()
+        try:
+            return self._send_state(time.monotonic_ns())
+        finally:
+            self.transport.unlock()
+
+    def flush(self, timeout: Optional[float] = None) -> Drain:
+        """Wait until every message published so far is acknowledged by what
+        flow control waits for (a logger, ``ack_loggers`` of them; with
+        flow_control = "receivers" also every live receiver), at most
+        ``timeout`` seconds (None: as long as it takes).  Returns a Drain:
+        true when drained, else what was left and what it waits for."""
+        t0 = time.monotonic_ns()
+        deadline = None if timeout is None else t0 + int(timeout * 1e9)
+        while True:
+            self.transport.lock()
+            try:
+                d = self._send_state(t0)
+            finally:
+                self.transport.unlock()
+            if d.drained:
+                return d
+            now = time.monotonic_ns()
+            if deadline is not None and now >= deadline:
+                return d
+            step = 0.002 if deadline is None else max(0.0, min(0.002, (deadline - now) / 1e9))
+            if self.transport.threaded:
+                time.sleep(step)
+            else:
+                self.transport.run_once(step)      # nobody else drives this node
+
+    def _watch_once(self, w):
+        """One look at the send buffer (the watch thread, _watch)."""
+        self.transport.lock()
+        try:
+            node = self.engine.node
+            acked, unacked = node.acked, (node.next_seq - node.acked if node.hold_send else 0)
+            d = self._send_state(self._t_start) if unacked > 0 else None
+        finally:
+            self.transport.unlock()
+        now = time.monotonic()
+        if unacked <= 0 or acked != w["acked"]:
+            w["acked"], w["since"] = acked, (now if unacked > 0 else None)
+            if self.stalled is not None and unacked <= 0:
+                _log.warning(f"node {self.node_id}: every published message is acknowledged again")
+            self.stalled = None
+            return
+        if now - w["since"] >= STALL_REPORT_AFTER:
+            self.stalled = (f"{unacked:,} published message(s) (seqs {d.first}..{d.last}) without an "
+                            f"acknowledgment for {now - w['since']:.1f} s: waiting for "
+                            f"{'; '.join(d.waiting_for) or '?'}")
+            if now >= w["next_report"]:
+                _log.warning(f"node {self.node_id}: {self.stalled}")
+                w["next_report"] = now + STALL_REPORT_EVERY
 
     # ---- receiving ------------------------------------------------------
     def recv_batch(self, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
@@ -312,6 +468,46 @@ class Node:
         finally:
             self.transport.unlock()
 
+    def member_info(self) -> List[dict]:
+        """Every member this node knows: id, addr, status, role, and how
+        long ago it was last heard from (None: never -- a configured member
+        that has not said a word is not known to be alive)."""
+        from rpbcast.protocol.membership import STATUS_NAMES
+        now = time.monotonic_ns()
+        self.transport.lock()
+        try:
+            out = []
+            for m in self.engine.members.entries():
+                me = m.node_id == self.engine.id
+                out.append({"id": m.node_id, "addr": netaddr.fmt_addr(m.addr) if m.addr else None,
+                            "status": STATUS_NAMES.get(m.status, str(m.status)),
+                            "role": "logger" if m.is_logger else "member", "self": me,
+                            "last_heard_s": None if me or not m.last_heard else round((now - m.last_heard) / 1e9, 3)})
+            return out
+        finally:
+            self.transport.unlock()
+
+    def streams(self, limit: int = 256) -> List[dict]:
+        """Per sender incarnation this node receives: how far it got, what it
+        misses, duplicates, when it last heard from it (the most recently
+        heard ``limit``)."""
+        now = time.monotonic_ns()
+        self.transport.lock()
+        try:
+            node = self.engine.node
+            rows = [node.peer_info(slot) for slot, _, _ in node.peer_ids()]
+        finally:
+            self.transport.unlock()
+        rows.sort(key=lambda r: r["last_heard"], reverse=True)
+        out = []
+        for r in rows[:limit]:
+            heard = r["last_heard"]
+            out.append({"sender": r["id"], "inc": r["inc"], "next": r["next"], "contiguous": r["contiguous"],
+                        "missing": r["missing"], "received": r["rx_new"] + r["rx_fill"], "duplicates": r["rx_dup"],
+                        "dead": r["dead"],
+                        "last_heard_s": None if heard < 0 else round((now - heard) / 1e9, 3)})
+        return out
+
     # ---- state ----------------------------------------------------------
     # ---- conflation (latest value per label) ----------------------------
     def latest(self, label: int, sender: Optional[int] = None):
@@ -357,7 +553,11 @@ class Node:
             self.transport.unlock()
 
     def stats(self) -> dict:
-        return self.transport.stats()
+        d = self.transport.stats()
+        # ids given up for good (lost, purged, unwanted), not counting those a
+        # late starter skipped before its t_join (never its to deliver)
+        d["lost"] = max(0, d.get("forgotten", 0) - d.get("t_join_skipped", 0))
+        return d
 
     def events(self) -> list:
         """The protocol's events for the application since the last call,
@@ -401,16 +601,35 @@ class Node:
                         st["role"] = self.config.role
                         st["time"] = time.time()
                         st["members"] = self.members()
+                        st["member_info"] = self.member_info()
+                        st["streams"] = self.streams(64)
+                        sb = self.send_buffer()
+                        st["send_buffer"] = {"unacked": sb.unacked, "first": sb.first, "last": sb.last,
+                                             "waiting_for": list(sb.waiting_for), "confirmed": sb.confirmed,
+                                             "stalled": self.stalled}
                         c.sendall(json.dumps(st, default=str).encode())
                     except OSError:
                         pass
 
         threading.Thread(target=loop, name="rpbcast-stats", daemon=True).start()
 
-    def close(self):
+    def close(self, linger: Optional[float] = None, *, report: bool = True) -> Optional[Drain]:
+        """Drain, then stop the loop, flush the sockets and close them (a
+        logger also syncs its log).  Draining: wait up to ``linger`` seconds
+        (default Config.linger) until every published message is
+        acknowledged (flush); what could not be drained is returned (a
+        false Drain) and, unless ``report`` is false, logged as a warning.  Returns None for a node that
+        publishes nothing it could wait for (a logger)."""
         if self._closed:
-            return
+            return self._close_drain
+        drain = None
+        if self.config.role != "logger":
+            drain = self.flush(self.config.linger if linger is None else linger)
+            if not drain.drained and report:
+                _log.warning(f"node {self.node_id} closing: {drain}")
+        self._close_drain = drain
         self._closed = True
+        self._stop.set()
         if self._stats_sock is not None:
             srv, path = self._stats_sock
             srv.close()
@@ -424,6 +643,7 @@ class Node:
         if self.engine.logger is not None:
             self.engine.logger.log.sync()
             self.engine.logger.log.close()
+        return drain
 
     def __enter__(self):
         return self
@@ -437,6 +657,32 @@ class Node:
                 self.transport.stop()
         except Exception:
             pass
+
+
+def _watch(ref, stop: threading.Event):
+    """Say what a publisher waits for when nothing has been acknowledged
+    for STALL_REPORT_AFTER seconds (a logger that is not there, or died):
+    once, then every STALL_REPORT_EVERY seconds (Node.stalled meanwhile)."""
+    w = {"acked": None, "since": None, "next_report": 0.0}
+    while not stop.wait(WATCH_INTERVAL):
+        node = ref()
+        if node is None:
+            return
+        try:
+            node._watch_once(w)
+        except Exception:        # noqa: BLE001 -- closing under us
+            return
+        del node
+
+
+def _reach_warnings(cfg: Config) -> List[str]:
+    """Start-up warnings: members this configuration's multicast will not
+    reach (rpbcast.tools.doctor has the whole diagnosis)."""
+    try:
+        from rpbcast.tools.doctor import reach_warnings
+        return reach_warnings(cfg)
+    except (OSError, ValueError):       # a host we cannot inspect: no warning rather than no node
+        return []
 
 
 class Logger(Node):

@@ -48,7 +48,12 @@ class Config:
     sponsors: int = 2                     # k sponsors to become a member
     join_interval: float = 0.05
     member_timeout: float = 10.0          # not heard from for this long: not a gossip target
-    catch_up: bool = False                # late joiner: fetch history from loggers (base 0)
+    # A member that starts (or restarts) while streams are running: False --
+    # it answers for what follows its start (t_join, §5.3: the stream
+    # positions of the first member that answers, a logger first); True --
+    # also for everything before, fetched from the loggers.  (Node(resume=)
+    # overrides both for the streams it names.)
+    catch_up: bool = False
 
     # data path
     mtu: int = 1472                       # largest datagram we send
@@ -79,6 +84,8 @@ class Config:
     idle_after: float = 0.005             # silence before the idle heartbeat (§5.1)
     ack_loggers: int = 1                  # loggers that must hold a message before it leaves the send buffer
     logger_retx_timeout: float = 0.5      # resend unacknowledged messages to a logger after this
+    linger: float = 5.0                   # Node.close() waits up to this long for what flow control
+                                          # waits for to acknowledge every published message
     # What a sender's send buffer waits for before a message may leave it
     # (and what publish() blocks on when the buffer is full):
     #   "loggers"   -- a logger's acknowledgment (§3.1).  Without loggers
@@ -129,7 +136,8 @@ class Config:
     bind: str = "127.0.0.1:0"             # unicast address (port 0: pick one)
     interface: str = "lo"                 # multicast interface (name or IPv4 address)
     transport: str = "multicast"          # or "unicast": fan-out to the member list
-    ttl: int = 0                          # multicast TTL: 0 keeps traffic on this host
+    ttl: int = 1                          # multicast TTL: 1 reaches hosts on the interface's link (0: this
+                                          # host only; more: across routers that forward the group)
     multicast_loop: bool = True           # receivers on this host see our multicast
     rcvbuf: int = 8 << 20
     sndbuf: int = 8 << 20
@@ -180,6 +188,8 @@ class Config:
         need(isinstance(self.catchup_rate, (int, float)) and self.catchup_rate >= 0,
              f"catchup_rate must be >= 0 msgs/s (0 = unpaced), got {self.catchup_rate!r}")
         need(self.log_min_keep >= 0, "log_min_keep must be >= 0 seconds")
+        need(isinstance(self.linger, (int, float)) and self.linger >= 0,
+             f"linger must be a number of seconds >= 0, got {self.linger!r}")
         need(self.sponsors >= 1, "sponsors must be at least 1")
         need(self.ack_loggers >= 1, "ack_loggers must be at least 1")
         need(0 <= self.srb_window <= 1 << 24, f"srb_window must be in 0..2**24, got {self.srb_window}")

@@ -606,3 +606,152 @@ def test_sweep_cli_dry_run_and_bad_function(tmp_path, capsys):
     rc = main(["sweep", "--grid", str(g), "--out", str(tmp_path / "o"), "--function", "no_such_module_xyz:run"])
     assert rc == 2
     assert "cannot load the simulation function" in capsys.readouterr().err
+
+
+# -- the first hour on a cluster (issue 16) -------------------------------------------
+
+def test_cluster_sizing_from_what_a_standalone_master_offers(monkeypatch):
+    """Executors get most of what a worker has free (not Spark's 1 GB
+    default), a few shuffle partitions per core, the driver a reachable
+    address; read from the master's status page (served here on 127.0.0.1)."""
+    import http.server
+    import threading
+    state = {"status": "ALIVE", "aliveworkers": 1, "workers": [
+        {"id": "w1", "host": "127.0.0.1", "cores": 2, "coresfree": 2, "memory": 4096, "memoryfree": 4096,
+         "state": "ALIVE"}]}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(state).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("RPBCAST_SPARK_MASTER_UI", f"http://127.0.0.1:{srv.server_port}")
+        res = spark_session.cluster_resources("spark://127.0.0.1:7077")
+    finally:
+        srv.shutdown()
+    assert res["workers"][0]["memoryfree"] == 4096
+    c = spark_session.settings("spark://127.0.0.1:7077", resources=res)
+    assert spark_session.memory_mb(c["spark.executor.memory"]) == 3072          # 75 % of the 4 GB offered
+    assert c["spark.sql.shuffle.partitions"] == "8" and c["spark.driver.host"] == "127.0.0.1"
+    assert c["spark.driver.memory"] == "4g" and c[spark_session.HEAP_KEY] == "3072"
+    # --conf wins; a worker smaller than Spark's default gets all it has
+    assert spark_session.settings("spark://127.0.0.1:7077", conf={"spark.executor.memory": "2g"},
+                                  resources=res)[spark_session.HEAP_KEY] == "2048"
+    small = {"workers": [dict(state["workers"][0], memory=768, memoryfree=768)]}
+    assert spark_session.cluster_sizing(small)["spark.executor.memory"] == "768m"
+    assert spark_session.cluster_resources("local[2]") is None
+    assert spark_session.memory_mb("1g") == 1024 and spark_session.memory_mb("512m") == 512
+
+
+def test_broadcast_joins_are_sized_from_the_heap(spark):
+    """A broadcast hash table cannot spill: 12 M sends fit a 4 GB local
+    driver (the old fixed limit), a default 1 GB executor takes about 2 M."""
+    class Conf:
+        def __init__(self, mb):
+            self.mb = mb
+
+        def get(self, key):
+            assert key == spark_session.HEAP_KEY
+            return str(self.mb)
+
+    class S:
+        def __init__(self, mb):
+            self.conf = Conf(mb)
+
+    from rpbcast.analysis import latency
+    assert 11_000_000 <= spark_session.broadcast_rows(S(4096), latency.SEND_ROW_BYTES) <= 13_000_000
+    assert 1_500_000 <= spark_session.broadcast_rows(S(1024), latency.SEND_ROW_BYTES) <= 2_500_000
+    assert spark_session.broadcast_rows(S(300), latency.SEND_ROW_BYTES) == 0
+    assert int(spark.conf.get(spark_session.HEAP_KEY)) == 1024      # the module's session: driver_memory 1g
+
+
+def test_a_failed_analysis_exits_4_with_one_line(spark, base, tmp_path, capsys):
+    """Exit 1 means "exactly-once violated"; a Spark failure used to exit 1
+    too, after a 246-line Py4J traceback.  Now: 4, one line, the traceback
+    in OUT/error.log."""
+    from rpbcast.tools.cli import main
+    d = write(tmp_path, base)
+    victim = sorted(pathlib.Path(d, "traces").rglob("*.parquet"))[0]
+    victim.write_bytes(b"PAR1" + b"\0" * 64 + b"PAR1")          # a trace file Spark cannot read
+    rc = main(["analyze", d, "--master", "local[2]", "--no-plots"])
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert rc == 4, err
+    assert len(lines) == 1 and lines[0].startswith("rpbcast analyze: analysis failed: "), err
+    assert "Traceback" not in err
+    assert "Traceback" in open(os.path.join(d, "analysis", "error.log")).read()
+
+
+def test_failure_line_names_memory_and_what_to_do():
+    from rpbcast.analysis.cli import failure_line
+
+    class JavaExc:
+        def __init__(self, text, cause=None):
+            self.text, self.cause = text, cause
+
+        def getCause(self):
+            return self.cause
+
+        def toString(self):
+            return self.text
+
+    e = RuntimeError("An error occurred while calling o869.getResult.\n" + "\tat x\n" * 200)
+    e.java_exception = JavaExc("org.apache.spark.SparkException: Job aborted",
+                               JavaExc("java.lang.OutOfMemoryError: Java heap space\n\tat y"))
+    line = failure_line(e)
+    assert "\n" not in line and line.startswith("out of memory (java.lang.OutOfMemoryError: Java heap space)")
+    assert "spark.executor.memory" in line
+    # anything else: the exception's kind and the first line of its message
+    # (a bare KeyError's message is only the key)
+    assert failure_line(ValueError("bad\nthing")) == "ValueError: bad"
+
+
+def test_the_logger_is_in_every_table_also_without_a_trace(spark, base, tmp_path, capsys):
+    """A logger that wrote no trace (the stress logger did not) vanished from
+    the retransmission table and the per-node latency tables; its counters
+    still know what it served."""
+    from rpbcast.tools.cli import main
+    meta, cols, counters = base
+    (lg,) = [n["id"] for n in meta["nodes"] if n["role"] == "logger"]
+    counters = json.loads(json.dumps({str(k): v for k, v in counters.items()}))
+    counters = {int(k): v for k, v in counters.items()}
+    counters[lg].update(served=123, rx_new=4000, gap_ids=7, delivered=0)
+    cols = {n: c for n, c in cols.items() if n != lg}
+    d = str(tmp_path)
+    synth.write(d, meta, cols, counters)
+    rc = main(["analyze", d, "--master", "local[2]", "--no-plots"])
+    o = capsys.readouterr().out
+    assert rc == 0
+    assert f"NOTE: node {lg} (logger) wrote no trace" in o
+    load_rows = {r["node"]: r for r in read_parquet(os.path.join(d, "analysis", "load.parquet"))}
+    assert load_rows[lg]["source"] == "counters" and load_rows[lg]["rtx_served"] == 123
+    assert load_rows[lg]["recv"] == 4000 and load_rows[lg]["role"] == "logger"
+    table = o[o.index("retransmissions:"):]
+    assert any(x.split()[:3] == [str(lg), "logger", "counters"] for x in table.splitlines())
+    assert o.count(f"node {lg} (logger)") >= 2                     # delivery and receive latency tables
+
+
+def test_receipts_stamped_before_their_send_are_flagged(spark, base, tmp_path, capsys):
+    from rpbcast.tools.cli import main
+
+    def edit(cols):
+        c = cols[3]
+        i = int(np.flatnonzero(c["event"] == RECV)[5])
+        s = sends(cols)[(int(c["sender"][i]), int(c["seq"][i]))]
+        c["t_ns"][i] = s - 2_000_000                          # 2 ms before its send
+    d = write(tmp_path, base, edit=edit)
+    rc = main(["analyze", d, "--master", "local[2]", "--no-plots"])
+    o = capsys.readouterr().out
+    assert rc == 0
+    assert "WARNING: 1 first receipts" in o and "before their send, by up to 2.00 ms" in o
+    s = json.load(open(os.path.join(d, "analysis", "summary.json")))
+    assert s["receive_before_send"]["n"] == 1 and s["receive_before_send"]["worst_ns"] == -2_000_000

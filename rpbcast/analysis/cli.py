@@ -12,6 +12,53 @@ import sys
 EXIT_VIOLATION = 1      # analyze: exactly-once violated in some run
 EXIT_USAGE = 2
 EXIT_MISSING = 3        # the 'spark' extra (or Java) is not installed
+EXIT_FAILED = 4         # the analysis itself failed (Spark, memory, unreadable traces): no verdict
+
+MEMORY_SIGNS = ("OutOfMemoryError", "Java heap space", "Could not allocate memory", "GC overhead limit",
+                "Container killed", "exceeds the executor memory")
+
+
+def failure_line(e: BaseException) -> str:
+    """One line for an exception from the analysis: the deepest Java cause
+    of a Py4J error (with what to do when it is memory), else the message."""
+    text = f"{type(e).__name__}: {e}"
+    cause = None
+    je = getattr(e, "java_exception", None)
+    if je is not None:
+        try:
+            c = je
+            while c is not None:
+                cause = c
+                c = c.getCause()
+            text = str(cause.toString())
+        except Exception:       # noqa: BLE001 -- the gateway may be gone
+            pass
+    full = f"{e} {text}"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    if len(first) > 300:
+        first = first[:297] + "..."
+    if any(sign in full for sign in MEMORY_SIGNS):
+        return (f"out of memory ({first}); give the executors more heap, e.g. --conf spark.executor.memory=8g "
+                f"(or more shuffle partitions: --conf spark.sql.shuffle.partitions=...)")
+    return first
+
+
+def _failed(args, e: BaseException) -> int:
+    """Report a failed analysis in one line; the whole story in a file."""
+    import traceback
+    from rpbcast.analysis.session import spark_log_file
+    d = args.out or (os.path.join(args.run_dir[0], "analysis") if args.run_dir else ".")
+    where = None
+    try:
+        os.makedirs(d, exist_ok=True)
+        where = os.path.join(d, "error.log")
+        with open(where, "w") as f:
+            traceback.print_exception(e, file=f)
+    except OSError:
+        pass
+    print(f"rpbcast analyze: analysis failed: {failure_line(e)} (details: {where or 'none'}; Spark's log: "
+          f"{spark_log_file()})", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _require():
@@ -49,17 +96,22 @@ def _analyze(args):
               "and --compare-out gets the comparison", file=sys.stderr)
         return EXIT_USAGE
     from rpbcast.analysis import report
-    spark = _session(args, "rpbcast analyze")
-    summaries = []
-    for i, d in enumerate(args.run_dir):
-        if i:
+    try:
+        spark = _session(args, "rpbcast analyze")
+        summaries = []
+        for i, d in enumerate(args.run_dir):
+            if i:
+                print()
+            summaries.append(report.analyze(spark, d, out_dir=args.out, bucket_s=args.bucket,
+                                            bits=args.bits, make_plots=not args.no_plots,
+                                            max_list=args.list))
+        if len(summaries) > 1:
             print()
-        summaries.append(report.analyze(spark, d, out_dir=args.out, bucket_s=args.bucket,
-                                        bits=args.bits, make_plots=not args.no_plots,
-                                        max_list=args.list))
-    if len(summaries) > 1:
-        print()
-        report.compare(summaries, args.vs, args.compare_out or os.path.join(os.getcwd(), "analysis-compare"))
+            report.compare(summaries, args.vs, args.compare_out or os.path.join(os.getcwd(), "analysis-compare"))
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:          # noqa: BLE001 -- any failure is "no verdict", said in one line
+        return _failed(args, e)
     if args.profile:
         try:        # let the event log catch up with the last stage
             spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
@@ -117,7 +169,9 @@ def add_parsers(sub):
                        description="Analyse run directories (docs/traces.md) with Spark: exactly-once "
                                    "verification, delivery and repair latency, retransmission load, overhead. "
                                    "Results go to RUN_DIR/analysis/ (Parquet, PNG, summary.json). Exit status: "
-                                   "0 ok, 1 exactly-once violated, 2 usage, 3 PySpark/Java missing.")
+                                   "0 ok, 1 exactly-once violated, 2 usage, 3 PySpark/Java missing, 4 the "
+                                   "analysis failed (one line on stderr; the details in "
+                                   "OUT/error.log).")
     a.add_argument("run_dir", nargs="+", metavar="RUN_DIR")
     _common(a)
     a.add_argument("--out", help="output directory (default RUN_DIR/analysis)")

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 from rpbcast.analysis import hist
 
-BROADCAST_SENDS = 12_000_000     # sends joined by broadcast up to this many
-BROADCAST_GAPS = 5_000_000       # gap ids joined by broadcast up to this many
+from rpbcast.analysis.session import broadcast_rows
+
+# bytes a row of a broadcast join side takes in its hash table: how many
+# sends / gap ids may be broadcast follows from the heap (session.broadcast_rows)
+SEND_ROW_BYTES = 64
+GAP_ROW_BYTES = 160
 
 KEYS = ["sender", "inc", "seq"]
 
@@ -40,7 +44,8 @@ def deliveries(ev, t0, bucket_ns, n_sends=0, dedupe_sends=False):
         s = s.groupBy(*KEYS).agg(F.min("t_send").alias("t_send"))
     d = ev.where(e.isin("deliver", "recv")).select(
         F.when(e == "deliver", "deliver").otherwise("receive").alias("what"), "node", *KEYS, F.col("t_ns").alias("t"))
-    j = d.join(F.broadcast(s) if n_sends <= BROADCAST_SENDS else s, KEYS)
+    small = n_sends <= broadcast_rows(ev.sparkSession, SEND_ROW_BYTES)
+    j = d.join(F.broadcast(s) if small else s, KEYS)
     return j.select("what", "sender", "node", "t_send", (F.col("t") - F.col("t_send")).alias("lat_ns"),
                     F.floor((F.col("t_send") - F.lit(t0)) / F.lit(bucket_ns)).cast("long").alias("bucket"))
 
@@ -83,7 +88,7 @@ def repairs(ev, n_gap_ids=0, cached=None):
     x = ev.where((e == "deliver") | ((e == "recv") & (aux.bitwiseAND(3) != 0))).select(
         "node", *KEYS, F.col("t_ns").alias("t"), F.when(e == "deliver", 1).otherwise(2).alias("k"),
         aux.alias("a"))
-    small = n_gap_ids <= BROADCAST_GAPS
+    small = n_gap_ids <= broadcast_rows(ev.sparkSession, GAP_ROW_BYTES)
     if small and cached is not None:
         g = g.cache()              # read the gaps once, for the join and the union
         cached.append(g)

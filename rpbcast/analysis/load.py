@@ -8,7 +8,7 @@ turned into the per-node table in Python.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 
 def event_counts(ev):
@@ -23,18 +23,46 @@ def event_counts(ev):
             .orderBy("node", "event", "detail").toArrow())
 
 
-FIELDS = ["node", "role", "events", "sent", "delivered", "recv", "recv_dup", "gap_ids",
+FIELDS = ["node", "role", "source", "events", "sent", "delivered", "recv", "recv_dup", "gap_ids",
           "rtx_served", "rtx_served_bytes", "served_as_logger", "repairs_in_peer", "repairs_in_logger",
           "rtx_req", "rtx_req_ids", "gossip_out", "gossip_out_bytes", "gossip_in", "gossip_in_bytes",
           "gcnote_out", "gcnote_in", "heartbeat_out", "heartbeat_in", "member", "purge", "lost_ids"]
 
 
-def per_node(counts, roles: Dict[int, str]) -> List[dict]:
-    """Per-node rows (FIELDS) from event_counts() and run.json roles."""
+def from_counters(node: int, role: str, c: Optional[dict]) -> dict:
+    """A node that wrote no trace (a logger run without one, a process that
+    died before writing): its row from its final counters
+    (counters/node=<id>.json) where they say the same thing, so it is still
+    in the tables.  source = "counters" ("none" without counters either)."""
+    d = {f: 0 for f in FIELDS} | {"node": node, "role": role, "source": "none"}
+    if not c:
+        return d
+    tr = c.get("traffic") or {}
+
+    def t(typ, i):                      # traffic: [msgs_in, bytes_in, msgs_out, bytes_out]
+        v = tr.get(typ)
+        return int(v[i]) if v else 0
+
+    served = int(c.get("served", 0))
+    d.update(source="counters", sent=int(c.get("sent", 0)), delivered=int(c.get("delivered", 0)),
+             recv=int(c.get("rx_new", 0)) + int(c.get("rx_fill", 0)), recv_dup=int(c.get("rx_dup", 0)),
+             gap_ids=int(c.get("gap_ids", 0)), rtx_served=served, rtx_served_bytes=t("repair", 3),
+             served_as_logger=served if role == "logger" else 0,
+             repairs_in_peer=int(c.get("repairs_peer", 0)), repairs_in_logger=int(c.get("repairs_logger", 0)),
+             rtx_req=t("rtx", 2), gossip_out=t("gossip", 2), gossip_out_bytes=t("gossip", 3),
+             gossip_in=t("gossip", 0), gossip_in_bytes=t("gossip", 1), gcnote_out=t("gcnote", 2),
+             gcnote_in=t("gcnote", 0), heartbeat_out=t("heartbeat", 2), heartbeat_in=t("heartbeat", 0),
+             purge=int(c.get("purged", 0)), lost_ids=int(c.get("forgotten", 0)))
+    return d
+
+
+def per_node(counts, roles: Dict[int, str], counters: Optional[Dict[int, dict]] = None) -> List[dict]:
+    """Per-node rows (FIELDS) from event_counts() and run.json roles; every
+    node run.json names has a row -- one without events from its counters."""
     rows: Dict[int, dict] = {}
     for r in counts.to_pylist():
         n = int(r["node"])
-        d = rows.setdefault(n, {f: 0 for f in FIELDS} | {"node": n, "role": roles.get(n, "?")})
+        d = rows.setdefault(n, {f: 0 for f in FIELDS} | {"node": n, "role": roles.get(n, "?"), "source": "trace"})
         ev, det, k, sz = r["event"], int(r["detail"] or 0), int(r["events"]), int(r["size_sum"] or 0)
         d["events"] += k
         if ev == "send":
@@ -70,6 +98,9 @@ def per_node(counts, roles: Dict[int, str]) -> List[dict]:
             d["purge"] += k
         elif ev == "lost":
             d["lost_ids"] += sz
+    for n, role in roles.items():
+        if n not in rows:
+            rows[n] = from_counters(n, role, (counters or {}).get(n))
     return [rows[n] for n in sorted(rows)]
 
 

@@ -185,7 +185,7 @@ def analyze(spark, run_dir: str, out_dir: Optional[str] = None, bucket_s: Option
     _write_rows(os.path.join(out_dir, "repair_latency.parquet"), rep_rows)
     _write_table(os.path.join(out_dir, "repair_histogram.parquet"), rep_hist)
 
-    nodes = load.per_node(counts, run.roles)
+    nodes = load.per_node(counts, run.roles, counters)
     _write_rows(os.path.join(out_dir, "load.parquet"), nodes)
     sh = load.shares(nodes)
     ovh = overhead.per_type(counters, s["data_bytes"], s["messages_sent"])
@@ -220,6 +220,10 @@ def analyze(spark, run_dir: str, out_dir: Optional[str] = None, bucket_s: Option
     summary["receive_latency"] = {r["by"] if r["by"] == "all" else f"{r['by']}={r['key']}":
                                   {k: r[k] for k in ("n", "mean", "p50", "p90", "p99", "p99_9", "max")}
                                   for r in rx_rows if r["by"] in ("all", "node")}
+    summary["receive_before_send"] = before_send(lat_hist)
+    summary["untraced_nodes"] = [{"node": d["node"], "role": d["role"], "source": d["source"]}
+                                 for d in nodes if d["source"] != "trace"]
+    summary["roles"] = {str(k): v for k, v in run.roles.items()}
     summary["latency_all_receivers"] = next((r for r in allrecv.to_pylist() if r["by"] == "all"), None)
     summary["repair_latency"] = {r["key"]: {k: r.get(k) for k in ("gaps", "delivered", "p50", "p99", "max")}
                                  for r in rep_rows}
@@ -242,6 +246,23 @@ def analyze(spark, run_dir: str, out_dir: Optional[str] = None, bucket_s: Option
     return summary
 
 
+def before_send(lat_hist) -> dict:
+    """First receipts stamped before their send (receive latency < 0): the
+    clocks of the nodes disagree -- on one host, an I/O loop that stamped a
+    batch with a clock reading taken before it (csrc/loop.c, fixed) --
+    counted from the 'receive' histogram over all nodes."""
+    n = neg = 0
+    worst = None
+    for r in lat_hist.to_pylist():
+        if r.get("what") != "receive" or r["by"] != "all":
+            continue
+        n += int(r["n"])
+        if r["vmax"] is not None and r["vmax"] < 0:
+            neg += int(r["n"])
+            worst = r["vmin"] if worst is None else min(worst, r["vmin"])
+    return {"n": neg, "share": neg / n if n else 0.0, "worst_ns": worst}
+
+
 def _table(headers, rows, out):
     w = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(headers)]
     print("  " + "  ".join(str(h).rjust(w[i]) for i, h in enumerate(headers)), file=out)
@@ -259,6 +280,15 @@ def print_summary(s, lat_rows, allrecv, rep, nodes, ovh, out_dir, out=None):
     if s["trace_dropped"]:
         p(f"WARNING: {s['trace_dropped']:,} events were dropped by full trace buffers: "
           "the verification below is incomplete")
+    for u in s.get("untraced_nodes") or []:
+        p(f"NOTE: node {u['node']} ({u['role']}) wrote no trace: "
+          + ("its rows below come from its final counters (counters/node=" + str(u["node"]) + ".json)"
+             if u["source"] == "counters" else "and left no counters: it shows as zeros"))
+    bs = s.get("receive_before_send") or {}
+    if bs.get("n"):
+        p(f"WARNING: {bs['n']:,} first receipts ({bs['share']:.1%}) are stamped before their send, by up to "
+          f"{fmt_ns(-bs['worst_ns'])}: the nodes' clocks disagree (traces written before the receive-clock "
+          "fix in csrc/loop.c, or nodes on different hosts); receive latency below is not trustworthy")
     if s.get("silent_receivers"):
         p(f"NOTE: node(s) {s['silent_receivers']} delivered nothing at all.  If they are not receivers (pure "
           "publishers), list the receivers in run.json's members_at_send (docs/traces.md).")
@@ -287,14 +317,29 @@ def print_summary(s, lat_rows, allrecv, rep, nodes, ovh, out_dir, out=None):
     rx = [r for r in lat_rows if r["what"] == "receive"]
     rows = [lrow("all", r) for r in dl if r["by"] == "all"]
     rows += [lrow(f"sender {r['key']}", r) for r in dl if r["by"] == "sender"]
-    rows += [lrow(f"receiver {r['key']}", r) for r in dl if r["by"] == "node"]
+    roles = {int(k): v for k, v in (s.get("roles") or {}).items()}
+    traced = {d["node"] for d in nodes if d["source"] == "trace"}
+
+    def who(kind, n):
+        return f"{kind} {n}" + (" (logger)" if roles.get(int(n)) == "logger" else "")
+
+    def absent(label, why):
+        return [label, "-", why] + ["-"] * (len(hdr) - 3)
+
+    rows += [lrow(who("receiver", r["key"]), r) for r in dl if r["by"] == "node"]
+    shown = {int(r["key"]) for r in dl if r["by"] == "node"}
+    rows += [absent(who("node", n), "no trace" if n not in traced else "delivers nothing" if roles.get(n) == "logger"
+                    else "delivered nothing") for n in sorted(roles) if n not in shown and n not in s["senders"]]
     rows += [lrow("all receivers", r) for r in allrecv if r["by"] == "all"]
     _table(hdr, rows, out)
     nb = sum(1 for r in dl if r["by"] == "bucket")
     p(f"  (over time: {nb} buckets of {fmt_ns(s['bucket_ns'])} in latency.parquet)")
     p("receive latency (first recv - send: network and repairs, before any wait to deliver)")
     rows = [lrow("all", r) for r in rx if r["by"] == "all"]
-    rows += [lrow(f"node {r['key']}", r) for r in rx if r["by"] == "node"]
+    rows += [lrow(who("node", r["key"]), r) for r in rx if r["by"] == "node"]
+    shown = {int(r["key"]) for r in rx if r["by"] == "node"}
+    rows += [absent(who("node", n), "no trace" if n not in traced else "received nothing")
+             for n in sorted(roles) if n not in shown and n not in s["senders"]]
     _table(hdr, rows, out)
     p("")
     p("repair latency (deliver - gap detected), by how the id came")
@@ -306,11 +351,11 @@ def print_summary(s, lat_rows, allrecv, rep, nodes, ovh, out_dir, out=None):
     p(f"retransmissions: {sh['rtx_served']:,} served; by logger nodes {sh['served_by_logger_role']:.1%}, "
       f"flagged as logger {sh['served_as_logger']:.1%}; repairs received from loggers "
       f"{sh['received_from_logger']:.1%} of {sh['repairs_received']:,}")
-    _table(["node", "role", "events", "sent", "delivered", "gap ids", "served", "as logger", "gossip out",
+    _table(["node", "role", "from", "events", "sent", "delivered", "gap ids", "served", "as logger", "gossip out",
             "gossip B out", "rtx req"],
-           [[d["node"], d["role"], f"{d['events']:,}", f"{d['sent']:,}", f"{d['delivered']:,}", d["gap_ids"],
-             d["rtx_served"], d["served_as_logger"], d["gossip_out"], f"{d['gossip_out_bytes']:,}", d["rtx_req"]]
-            for d in nodes], out)
+           [[d["node"], d["role"], d["source"], f"{d['events']:,}", f"{d['sent']:,}", f"{d['delivered']:,}",
+             d["gap_ids"], d["rtx_served"], d["served_as_logger"], d["gossip_out"], f"{d['gossip_out_bytes']:,}",
+             d["rtx_req"]] for d in nodes], out)
     p("")
     p("overhead: bytes sent per data byte, by message type (traffic counters)")
     _table(["type", "msgs out", "bytes out", "B / data B", "msgs / data msg"],

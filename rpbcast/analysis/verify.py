@@ -21,11 +21,12 @@ deliveries come from a second, small join of those ids with the deliveries.
 """
 from __future__ import annotations
 
+from rpbcast.analysis.session import broadcast_rows
 from rpbcast.analysis.messages import Layout, popcount
 
 VIOLATIONS = ("missing", "duplicate", "unsent", "send_duplicated")
 KINDS = VIOLATIONS + ("lost", "outside")
-BROADCAST_IDS = 2_000_000       # problem ids joined by broadcast up to this many
+PROBLEM_ROW_BYTES = 384         # a problem id's row in a broadcast hash table (session.broadcast_rows)
 
 
 def annotate(m, lay: Layout):
@@ -103,7 +104,8 @@ def issues(spark, ma, ev, lay: Layout, s: dict):
             "sender", "inc", "seq", "unsent", *[F.col(f"o{j}") for j in range(lay.words)])
         n = p.count()
         d = ev.where(F.col("event") == "deliver").select("node", "sender", "inc", "seq")
-        j = d.join(F.broadcast(p) if n <= BROADCAST_IDS else p, ["sender", "inc", "seq"])
+        small = n <= broadcast_rows(spark, PROBLEM_ROW_BYTES + 8 * lay.words)
+        j = d.join(F.broadcast(p) if small else p, ["sender", "inc", "seq"])
         c = lay.positions(spark, j.groupBy("node", "sender", "inc", "seq", "unsent",
                                            *[f"o{w}" for w in range(lay.words)]).count())
         word = ("CASE " + " ".join(f"WHEN shiftright(_pos, 6) = {w} THEN o{w}" for w in range(lay.words))

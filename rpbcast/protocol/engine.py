@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import collections
 import random
+
+import numpy as np
 from typing import List, NamedTuple, Optional, Tuple
 
 from rpbcast.config import Config
@@ -100,6 +102,7 @@ class Engine:
         self.events = collections.deque()
         self.members = MemberTable(self.id)
         self.stats = {}                  # a protocol's own counters, added to counters()
+        self.resumed = set()             # streams a restarted receiver resumed (resume())
         self._now = now
         self.extensions = []
         self.hooks = Hooks()
@@ -192,13 +195,40 @@ class Engine:
         return self.group.self_entry()
 
     # ------------------------------------------------------------------ API
-    def resume(self, bases):
-        """A restarted receiver: {(sender, inc): first seq still wanted}.
-        Earlier ids are not asked for; later ones are recovered from peers
-        and loggers like any gap."""
-        for (s, i), base in bases.items():
-            if (s, i) != (self.id, self.inc):
-                self.node.peer(s, i, base)
+    def resume(self, delivered):
+        """A restarted receiver says what it already has, per stream:
+        ``{(sender, inc): what}`` where ``what`` is
+
+        * an int n: every seq below n was delivered, none above (a frontier);
+        * the delivered seqs (an array or any iterable of ints), or
+        * the delivered ranges, a sequence of inclusive ``(lo, hi)`` pairs.
+
+        Ids it names are never asked for nor delivered again; every other id
+        of those streams is recovered from peers and loggers like any gap, so
+        a receiver that checkpoints what it delivered gets each message
+        exactly once across restarts (also above a hole: unordered delivery
+        hands out ids past a gap).  Streams it does not name follow
+        ``catch_up``."""
+        for (s, i), what in delivered.items():
+            if (s, i) == (self.id, self.inc):
+                continue
+            self.resumed.add((s, i))
+            ranges = delivered_ranges(what)
+            base = 0
+            if ranges and ranges[0][0] == 0:
+                base = ranges.pop(0)[1] + 1
+            slot = self.node.peer(s, i, base)
+            for lo, hi in ranges:
+                for a in range(lo, hi + 1, RESUME_CHUNK):
+                    self.node.mark_received(slot, np.arange(a, min(hi + 1, a + RESUME_CHUNK), dtype=np.uint64))
+
+    def started_late(self, now: int):
+        """This member starts while the group may already be running (a
+        process start or restart, not a simulation's time 0): unless
+        ``catch_up`` it answers only for what follows its start, the t_join
+        of the first member that answers (rpbcast.protocol.group)."""
+        if hasattr(self.group, "ask_t_join"):
+            self.group.ask_t_join(now)
 
     def add_extension(self, ext):
         self.extensions.append(ext)
@@ -351,6 +381,42 @@ class Engine:
 
 def _nothing(now):
     pass
+
+
+RESUME_CHUNK = 1 << 20     # ids marked received per call when resuming
+
+
+def delivered_ranges(what) -> List[Tuple[int, int]]:
+    """What a receiver delivered of one stream (Engine.resume's forms) as
+    sorted, merged, inclusive (lo, hi) ranges."""
+    if isinstance(what, (int, np.integer)):
+        n = int(what)
+        if n < 0:
+            raise ValueError(f"resume: a frontier must be >= 0, got {n}")
+        return [(0, n - 1)] if n else []
+    if isinstance(what, np.ndarray) and what.ndim == 1:
+        seqs = np.unique(what.astype(np.int64, copy=False))
+    else:
+        items = list(what)
+        if items and all(isinstance(x, (tuple, list)) and len(x) == 2 for x in items):
+            out = []
+            for lo, hi in sorted((int(a), int(b)) for a, b in items):
+                if lo < 0 or hi < lo:
+                    raise ValueError(f"resume: bad range ({lo}, {hi})")
+                if out and lo <= out[-1][1] + 1:
+                    out[-1] = (out[-1][0], max(out[-1][1], hi))
+                else:
+                    out.append((lo, hi))
+            return out
+        seqs = np.unique(np.asarray(items, dtype=np.int64))
+    if len(seqs) and seqs[0] < 0:
+        raise ValueError("resume: seqs must be >= 0")
+    if not len(seqs):
+        return []
+    cut = np.flatnonzero(np.diff(seqs) != 1)
+    starts = np.concatenate(([seqs[0]], seqs[cut + 1]))
+    ends = np.concatenate((seqs[cut], [seqs[-1]]))
+    return [(int(a), int(b)) for a, b in zip(starts, ends)]
 
 
 def _earliest(timers):

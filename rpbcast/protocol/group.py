@@ -23,7 +23,7 @@ declared failed, and recovers when heard from again.
 from __future__ import annotations
 
 from rpbcast.core import wire
-from rpbcast.core.node import DEST_MCAST
+from rpbcast.core.node import DEST_MCAST, PHASE_ALL
 from rpbcast.protocol.heartbeats import HB_VECTOR
 from rpbcast.protocol.membership import (
     DISCONNECTED, MEMBER, NOT_MEMBER, PENDING_JOIN, PENDING_LEAVE, ROLE_LOGGER, ROLE_MEMBER, Member,
@@ -35,6 +35,7 @@ T = wire.MsgType
 NS = 1_000_000_000
 NEVER = 1 << 62
 ACTIVE = (MEMBER, PENDING_LEAVE)
+ASK_T_JOIN_FOR = 1.0      # s: a member started late asks this long for t_join
 
 
 def _ns(seconds: float) -> int:
@@ -64,6 +65,11 @@ class StaticGroup:
     def _traced(self, m: Member):
         # trace: a member appeared or changed status (docs/traces.md `member`)
         self.node.trace_event(self.e._now, EV_MEMBER, m.node_id, m.inc, m.freshness, 0, 0, m.status)
+
+    def wants_t_join(self) -> bool:
+        """Is a sponsor's vector (HBLIST VECTOR) our t_join?  (Only a
+        joining member, or one that asked at start, takes one.)"""
+        return False
 
     def self_entry(self) -> Member:
         return Member(self.id, self.inc, self.status, self.role, self.e.cfg.addr, -1, self.freshness,
@@ -103,6 +109,9 @@ class Group(StaticGroup):
         self._selection = cfg.selection
         self._sponsors_needed = cfg.sponsors
         self._catch_up = cfg.catch_up
+        # a static member started late: asking for t_join until this time
+        self._ask_until = None
+        self._asked = 0
 
     def handlers(self):
         return {T.JOIN: self.on_join, T.LEAVE: self.on_leave, T.MEMBERS: self.on_members}
@@ -222,8 +231,8 @@ class Group(StaticGroup):
     # ------------------------------------------------------------------ join and leave
     def on_join(self, msg, now):
         type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
-        if self.status != MEMBER:
-            return
+        if self.status != MEMBER and self._ask_until is None:
+            return          # (a static member asking for t_join itself answers: at a cold start all ask)
         (m,) = self._read_members(body)
         if m.node_id != sender or m.inc != inc or m.freshness != seq:
             return                  # header and entry disagree: not a JOIN we can trust
@@ -244,14 +253,78 @@ class Group(StaticGroup):
             vec.append((self.id, self.inc, node.next_seq - 1))
         self.e.heartbeats.send_list(src, vec, wire.F_REPLY, HB_VECTOR)
 
+    def wants_t_join(self) -> bool:
+        return (self.status == PENDING_JOIN or self._ask_until is not None) and not self.t_join_taken
+
+    def ask_t_join(self, now: int, ask_for: float = ASK_T_JOIN_FOR):
+        """A static member that starts while the group may be running (a
+        process start or restart): unless catch_up, it rejoins as a joiner
+        does (§5.3) -- pending, so it neither pulls nor gossips for what it
+        lacks yet -- and takes t_join from the first member that answers:
+        a logger first, the others in turn, one JOIN every join_interval
+        for at most ``ask_for`` seconds.  Then it is a member again.
+        Nobody answering means nobody runs yet: every stream is then taken
+        whole."""
+        if self._catch_up or self.role == ROLE_LOGGER or self.status != MEMBER:
+            return
+        if not self._sponsor_candidates():
+            return
+        self._ask_until = now + _ns(ask_for)
+        self.status = PENDING_JOIN
+        self.t_join_taken = False
+        self._ask_tick(now)                 # the first JOIN at once
+
+    def _sponsor_candidates(self):
+        others = [m for m in self.members.entries() if m.node_id != self.id and m.addr
+                  and m.status in (MEMBER, PENDING_LEAVE)]
+        return sorted(others, key=lambda m: (not m.is_logger, m.node_id))
+
+    def _ask_tick(self, now):
+        if self.t_join_taken or now >= self._ask_until:
+            self._ask_until = None          # nobody answered: streams are taken whole
+            self._become(MEMBER, now)
+            return
+        c = self._sponsor_candidates()
+        if c:
+            m = c[self._asked % len(c)]
+            self._asked += 1
+            self.emit(m.addr, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness)
+        self.next_join = now + self._join_ns
+
     def take_t_join(self, entries):
-        """A sponsor's vector: t_join.  We answer for what comes after."""
+        """A sponsor's vector: t_join.  We answer for what comes after it
+        (catch_up: for everything).  A stream already heard from before the
+        vector came started at 0 here; what it lacks at or below t_join and
+        below the first id it got is not ours to ask for (§5.3)."""
         node = self.node
+        skipped = 0
+        resumed = self.e.resumed
         for s, i, q in entries:
-            if s == self.id and i == self.inc:
+            if (s == self.id and i == self.inc) or (s, i) in resumed:
+                continue            # (a resumed stream: the receiver said what it has)
+            if self._catch_up:
+                node.peer(s, i, 0)
                 continue
-            node.peer(s, i, 0 if self._catch_up else q + 1)
+            slot = node.find_peer(s, i)
+            if slot is None:
+                node.peer(s, i, q + 1)
+                continue
+            info = node.peer_info(slot)
+            base, nxt = info["base"], info["next"]
+            head = node.missing(slot, PHASE_ALL, base, q, 1)
+            if len(head) and int(head[0][0]) == base:
+                # ids [base, first received) were never here: skip those up to t_join
+                hi = min(q, int(head[0][1]), nxt - 1)
+                if hi >= base:
+                    skipped += max(0, node.forget(slot, base, hi))
+        if skipped:
+            self.e.stats["t_join_skipped"] = self.e.stats.get("t_join_skipped", 0) + skipped
         self.t_join_taken = True
+        if self._ask_until is not None:     # a static member: a member again at once
+            self._ask_until = None
+            if self.status == PENDING_JOIN:
+                self._become(MEMBER, self.e._now)
+            self.next_join = NEVER
 
     def on_leave(self, msg, now):
         type_, flags, sender, inc, aux, seq, body, source, source_inc, src = msg
@@ -293,6 +366,9 @@ class Group(StaticGroup):
         self.next_join = now
 
     def _join_tick(self, now):
+        if self._ask_until is not None:
+            self._ask_tick(now)
+            return
         if self.status == PENDING_JOIN:
             self.emit(DEST_MCAST, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness)
         elif self.status == PENDING_LEAVE:

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 from rpbcast.core import wire
-from rpbcast.protocol.membership import PENDING_JOIN
 from rpbcast.protocol.trace_events import EV_HEARTBEAT
 
 T = wire.MsgType
@@ -83,7 +82,7 @@ class Heartbeats:
         node = self.node
         group = self.e.group
         vector = bool(flags & wire.F_VECTOR)
-        if vector and group.status == PENDING_JOIN and not group.t_join_taken:
+        if vector and group.wants_t_join():
             group.take_t_join(entries)
         else:
             for s, i, q in entries:

@@ -15,6 +15,7 @@ def add_node_options(p):
     p.add_argument("--group", dest="group_addr", help="multicast group a.b.c.d:port")
     p.add_argument("--interface")
     p.add_argument("--transport", choices=["multicast", "unicast"])
+    p.add_argument("--ttl", type=int, help="multicast TTL (default 1: hosts on the interface's link; 0: this host)")
     p.add_argument("--member", action="append", default=[], metavar="ID=ADDR[/logger]",
                    help="a member of the group (repeat); e.g. 2=127.0.0.1:7402 or 9=127.0.0.1:7409/logger")
     p.add_argument("--join", action="store_true", help="join dynamically through sponsors instead")
@@ -29,7 +30,7 @@ def config_from_args(args, **over):
         from rpbcast.config import read_toml
         raw = read_toml(args.config)
         d = dict(raw.get("rpbcast", raw))
-    for key in ("node_id", "bind", "group_addr", "interface", "transport"):
+    for key in ("node_id", "bind", "group_addr", "interface", "transport", "ttl"):
         v = getattr(args, key, None)
         if v is not None:
             d[key] = v
