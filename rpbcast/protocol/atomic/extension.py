@@ -193,6 +193,9 @@ class AtomicDelivery(Extension):
             if i == ctx.inc and kind == records.PROPOSE:
                 self.coordinator.register(q, body, t, now)
             return
+        booted = self.view.booted.get(s)
+        if booted is not None and i > booted[0]:
+            self.view.unboot(s)          # a newer incarnation: it is back
         p = self.participant
         if kind == records.PROPOSE:
             p.on_propose((s, i, q), body, raw, now)
@@ -250,7 +253,10 @@ class AtomicDelivery(Extension):
 
     def on_timer(self, now):
         if self._restart_due:
+            # a restart: we may have been booted meanwhile (join again), and
+            # what our earlier incarnations left undecided is fenced
             self._restart_due = False
+            self.announce_join(now)
             self.coordinator.restarted(now)
         self._scan(now)
         self.timers.run(now)
@@ -332,7 +338,7 @@ class AtomicDelivery(Extension):
                 "in_doubt": len(self.participant.in_doubt()), "ready": len(self.participant.ready),
                 "booted": sorted(self.view.booted), "view": len(self.view.voters()),
                 "latency_p50": pct(0.5), "latency_p99": pct(0.99),
-                "journal": {"appended": self.journal.appended, "durable": self.journal.durable},
+                "journal": {"appended": self.journal.appended, "synced": self.journal.synced},
                 **dict(self.stats)}
 
     def close(self, now: Optional[int] = None):

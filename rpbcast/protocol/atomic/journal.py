@@ -53,8 +53,6 @@ class Journal:
         self.log = LogStore(os.path.join(directory, "log"), segment_bytes=8 << 20)
         self.delivered_log = LogStore(os.path.join(directory, "delivered"), segment_bytes=8 << 20)
         self._delivered_gc = collections.deque()   # (sender, inc, below): delivered/ may drop, later
-        self.appended = 0        # records appended to log/ by this process
-        self.durable = 0         # ... of which a completed sync covers this many
         self.errors = 0
 
     # ------------------------------------------------------------------ recovery
@@ -80,21 +78,29 @@ class Journal:
         return r
 
     # ------------------------------------------------------------------ writing
-    def add_proposal(self, key: Key, record: bytes, now: int) -> bool:
-        """Append a proposal (not yet durable: sync()); False if it was
-        there already.  Raises LogError."""
+    def add_proposal(self, key: Key, record: bytes, now: int) -> int:
+        """Append a proposal (not yet durable: sync()).  Returns its ordinal
+        (the log's count of appended records, which a sync must reach), or
+        0 if it was there already.  Raises LogError."""
         s, i, q = key
-        fresh = self.log.append(s, i, _seq(q, PROPOSAL), record, None, now)
-        if fresh:
-            self.appended += 1
-        return fresh
+        if not self.log.append(s, i, _seq(q, PROPOSAL), record, None, now):
+            return 0
+        return self.appended
 
     def add_decision(self, key: Key, outcome: int, reason: int, now: int) -> bool:
         s, i, q = key
-        fresh = self.log.append(s, i, _seq(q, DECISION), bytes((outcome, reason)), None, now)
-        if fresh:
-            self.appended += 1
-        return fresh
+        return self.log.append(s, i, _seq(q, DECISION), bytes((outcome, reason)), None, now)
+
+    @property
+    def appended(self) -> int:
+        """Records appended to log/ (the C log's own counter)."""
+        return self.log.stats()["appended"]
+
+    @property
+    def synced(self) -> int:
+        """Records a completed fsync covers (the C log's counter: it moves
+        only when fdatasync returned)."""
+        return self.log.stats()["synced"]
 
     def sync(self):
         """Everything appended so far is durable (flushed only without
@@ -103,7 +109,6 @@ class Journal:
             self.log.sync()
         else:
             self.log.flush()
-        self.durable = self.appended
 
     def mark_delivered(self, keys):
         """Record that these proposals reached the application, durably,

@@ -29,7 +29,8 @@ MAX_ATTEMPT = 16
 
 class Held:
     """A proposal this member holds (logged) and has not seen decided."""
-    __slots__ = ("key", "payload", "scheme", "fanout", "deadline", "voted", "attempt", "asked", "t_recv")
+    __slots__ = ("key", "payload", "scheme", "fanout", "deadline", "voted", "attempt", "asked", "t_recv",
+                 "ordinal")
 
     def __init__(self, key, prop: records.Propose, t_recv: int):
         self.key = key
@@ -41,6 +42,7 @@ class Held:
         self.voted = False          # a YES went out: the record is durable here
         self.attempt = 0
         self.asked = 0
+        self.ordinal = 0            # the journal's record count a sync must reach (0: from disk)
 
 
 class Participant:
@@ -70,7 +72,7 @@ class Participant:
         h = Held(key, prop, now)
         self.held[key] = h
         try:
-            x.journal.add_proposal(key, raw, now)
+            h.ordinal = x.journal.add_proposal(key, raw, now)
         except (LogError, ValueError):
             x.count("log_errors")
             self._vote_no(h, records.R_LOG)
