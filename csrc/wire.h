@@ -70,7 +70,8 @@ enum {
 #define RP_MF_VOTERS       0x01   /* ATOMIC: body = n x u32 voter ids (n >= 1), aux = YES */
 
 /* ATOMIC: what the message says about its proposal (aux & 0xff); the next
- * byte is a reason code for NO and ABORTED.  The decoder checks only the
+ * byte is a reason code for NO and ABORTED, the number of an aggregator's
+ * voter list for YES with VOTERS and for HAVE.  The decoder checks only the
  * body's shape: the control plane rejects (and counts) any other aux. */
 enum {
     RP_ATOMIC_YES       = 1,   /* the proposal is on the voter's disk: it will deliver on COMMIT */
@@ -78,7 +79,9 @@ enum {
     RP_ATOMIC_ASK       = 3,   /* in doubt: what was decided? */
     RP_ATOMIC_COMMITTED = 4,   /* the answer: committed (from the sender's decision) */
     RP_ATOMIC_ABORTED   = 5,   /* the answer: aborted (reason: why) */
-    RP_ATOMIC__COUNT    = 6
+    RP_ATOMIC_HAVE      = 6,   /* tree votes: your YES arrived, I carry it on (reason: the number
+                                  of the voter list acknowledged) */
+    RP_ATOMIC__COUNT    = 7
 };
 #define RP_ATOMIC_MAX_VOTERS 4096 /* voter ids one ATOMIC message may carry */
 

@@ -120,7 +120,7 @@ def test_codes_are_the_wire_formats():
     assert (wire.F_REPLY, wire.F_PUSH, wire.F_VECTOR, wire.F_LOST, wire.DGF_MAC) == (1, 2, 4, 1, 1)
     assert wire.F_VOTERS == 1
     assert (wire.ATOMIC_YES, wire.ATOMIC_NO, wire.ATOMIC_ASK, wire.ATOMIC_COMMITTED,
-            wire.ATOMIC_ABORTED, wire.ATOMIC_KINDS) == (1, 2, 3, 4, 5, 6)
+            wire.ATOMIC_ABORTED, wire.ATOMIC_HAVE, wire.ATOMIC_KINDS) == (1, 2, 3, 4, 5, 6, 7)
 
 
 # ---- round trips ---------------------------------------------------------------

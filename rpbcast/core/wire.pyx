@@ -23,6 +23,7 @@ cdef extern from "wire.h":
         RP_ATOMIC_ASK
         RP_ATOMIC_COMMITTED
         RP_ATOMIC_ABORTED
+        RP_ATOMIC_HAVE
         RP_ATOMIC__COUNT
         RP_ATOMIC_MAX_VOTERS
 
@@ -337,12 +338,13 @@ def read_purged_pairs(body):
 
 # ---- ATOMIC (atomic delivery, docs/atomic.md) --------------------------------
 # What an ATOMIC message says about its proposal: aux & 0xff, the next byte a
-# reason code (NO, ABORTED).
+# reason code (NO, ABORTED) or a voter list's number (YES with VOTERS, HAVE).
 ATOMIC_YES = RP_ATOMIC_YES
 ATOMIC_NO = RP_ATOMIC_NO
 ATOMIC_ASK = RP_ATOMIC_ASK
 ATOMIC_COMMITTED = RP_ATOMIC_COMMITTED
 ATOMIC_ABORTED = RP_ATOMIC_ABORTED
+ATOMIC_HAVE = RP_ATOMIC_HAVE
 ATOMIC_KINDS = RP_ATOMIC__COUNT
 ATOMIC_MAX_VOTERS = RP_ATOMIC_MAX_VOTERS
 

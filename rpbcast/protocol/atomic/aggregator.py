@@ -10,9 +10,13 @@ lost).  The sender then receives about n / fanout messages per proposal
 instead of n, each vote crosses one hop more, and a member's acknowledgment
 bytes -- its vote plus its share of a digest -- no longer depend on n.
 
+Every hop is acknowledged (HAVE): the aggregator answers each voter, the
+sender answers each list (echoing its number), so nobody repeats blindly
+and the repeats that loss does cause stay on the short hop they repair.
 Any member that receives a vote aggregates it, so members that disagree
 slightly on the view cost a hop, never a vote; a voter whose vote went
-unanswered twice sends it to the sender itself (its aggregator may be down).
+unanswered twice sends it to the sender itself (its aggregator may be
+down).
 """
 from __future__ import annotations
 
@@ -25,15 +29,17 @@ MAX_FLUSHES = 8
 
 
 class _Batch:
-    __slots__ = ("sender", "voters", "sent", "flush_at", "flushes", "group")
+    __slots__ = ("sender", "voters", "sent", "flush_at", "flushes", "group", "number", "acked")
 
     def __init__(self, sender, group):
         self.sender = sender
         self.voters = set()
-        self.sent = 0            # voters in the last digest
+        self.sent = 0            # voters in the last list sent
         self.flush_at = None
-        self.flushes = 0
+        self.flushes = 0         # repeats of the current list
         self.group = group
+        self.number = 0          # of the last list sent (its HAVE echoes it)
+        self.acked = True        # the sender has everything sent so far
 
 
 class Aggregator:
@@ -42,10 +48,13 @@ class Aggregator:
         self.delay_ns = delay_ns
         self.batches: Dict[Key, _Batch] = {}
 
-    def add(self, key: Key, sender: int, voters, now: int, fanout: int = 0):
-        """YES votes for a proposal of another sender, to pass on."""
+    def add(self, key: Key, sender: int, voters, now: int, fanout: int = 0, src=None):
+        """YES votes for a proposal of another sender, to pass on; src (the
+        voter's address) is told HAVE: its vote is in our hands now."""
         if self.x.participant.decision(key) is not None:
             return
+        if src is not None:
+            self.x.send(src, key, wire.ATOMIC_HAVE)
         b = self.batches.get(key)
         if b is None:
             group = self.x.view.group_of(sender, fanout) if fanout else ()
@@ -54,6 +63,8 @@ class Aggregator:
         b.voters.update(voters)
         if len(b.voters) == before:
             return
+        b.acked = False
+        b.flushes = 0
         if b.group and b.group <= b.voters:
             self._flush(now, key)           # the whole group is in
         elif b.flush_at is None or b.flush_at > now + self.delay_ns:
@@ -63,8 +74,15 @@ class Aggregator:
 
     def _due(self, now: int, key: Key):
         b = self.batches.get(key)
-        if b is not None and b.flush_at is not None and now >= b.flush_at:
+        if b is not None and not b.acked and b.flush_at is not None and now >= b.flush_at:
             self._flush(now, key)
+
+    def on_have(self, key: Key, number: int):
+        """The sender holds our list `number`: no more repeats of it."""
+        b = self.batches.get(key)
+        if b is not None and number == b.number and b.sent == len(b.voters):
+            b.acked = True
+            b.flush_at = None
 
     def _flush(self, now: int, key: Key):
         """One digest to the sender: every voter collected so far (cumulative:
@@ -79,9 +97,11 @@ class Aggregator:
         if addr is None:
             return
         ids = sorted(b.voters)
+        if b.sent != len(ids):
+            b.number = (b.number + 1) & 0xFF
         per = max(1, (x.ctx.cfg.mtu - wire.DG_HDR - wire.MSG_HDR) // 4)
         for k in range(0, len(ids), per):
-            x.send(addr, key, wire.ATOMIC_YES, body=wire.voter_ids(ids[k:k + per]), flags=wire.F_VOTERS)
+            x.send(addr, key, wire.ATOMIC_YES, b.number, body=wire.voter_ids(ids[k:k + per]), flags=wire.F_VOTERS)
             x.count("digests_sent")
         b.sent = len(ids)
         b.flushes += 1

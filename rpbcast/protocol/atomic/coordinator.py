@@ -99,9 +99,14 @@ class Coordinator:
         return True
 
     # ------------------------------------------------------------------ votes
-    def on_vote(self, seq: int, what: int, reason: int, voters, src: int, now: int):
+    def on_vote(self, seq: int, what: int, reason: int, voters, src: int, now: int, listed: bool = False):
+        """Votes on our proposal seq: one voter's, or (listed) an
+        aggregator's list number `reason`."""
         x = self.x
         p = self.pending.get(seq)
+        if p is not None and p.scheme == records.TREE and what == wire.ATOMIC_YES:
+            # tree: every hop is acknowledged (flat stays the paper's: none)
+            x.send(src, (self.ctx.id, self.ctx.inc, seq), wire.ATOMIC_HAVE, reason if listed else 0)
         if p is None:
             done = self.outcomes.get(seq)
             if done is not None and what == wire.ATOMIC_YES:

@@ -224,14 +224,20 @@ class AtomicDelivery(Extension):
             voters = wire.read_voter_ids(body) if flags & wire.F_VOTERS else [source]
             self.count("votes_received", len(voters))
             if sender == ctx.id and inc == ctx.inc:
-                self.coordinator.on_vote(seq, what, reason, voters, src, now)
+                self.coordinator.on_vote(seq, what, reason, voters, src, now, bool(flags & wire.F_VOTERS))
                 return True
             d = self.decision(key)
             if d is not None:
                 self.answer(src, key, *d)          # decided: the voter missed it
             elif what == wire.ATOMIC_YES and sender != ctx.id:
                 h = self.participant.held.get(key)
-                self.aggregator.add(key, sender, voters, now, h.fanout if h is not None else self.fanout)
+                self.aggregator.add(key, sender, voters, now, h.fanout if h is not None else self.fanout,
+                                    None if flags & wire.F_VOTERS else src)
+        elif what == wire.ATOMIC_HAVE:
+            if sender != ctx.id:
+                if source == sender:
+                    self.aggregator.on_have(key, reason)     # the sender has our list
+                self.participant.on_have(key)                # (or our own YES: from either)
         elif what == wire.ATOMIC_ASK:
             d = self.decision(key)
             if d is not None:

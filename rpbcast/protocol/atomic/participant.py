@@ -30,7 +30,7 @@ MAX_ATTEMPT = 16
 class Held:
     """A proposal this member holds (logged) and has not seen decided."""
     __slots__ = ("key", "payload", "scheme", "fanout", "deadline", "voted", "attempt", "asked", "t_recv",
-                 "ordinal")
+                 "ordinal", "acked", "direct")
 
     def __init__(self, key, prop: records.Propose, t_recv: int):
         self.key = key
@@ -43,6 +43,8 @@ class Held:
         self.attempt = 0
         self.asked = 0
         self.ordinal = 0            # the journal's record count a sync must reach (0: from disk)
+        self.acked = False          # tree: an aggregator (or the sender) said it has our YES
+        self.direct = False         # a YES went to the sender itself
 
 
 class Participant:
@@ -107,38 +109,56 @@ class Participant:
             self.x.count("votes_no")
 
     def _vote(self, h: Held, now: int):
-        """Send (or repeat) this member's YES; schedule the next attempt, or
-        past the deadline start asking what was decided."""
+        """Send (or repeat) this member's YES and schedule what follows.
+
+        Flat (paper 004): to the sender, repeated with back-off until the
+        decision arrives -- nothing else tells a voter its YES arrived.
+        Tree: to its aggregator, which answers HAVE; unanswered twice it goes
+        to the sender (which answers HAVE too).  Once answered the voter
+        waits for the decision (an aggregator that dies carrying it costs an
+        abort at the deadline, never a wrong decision).  Past the deadline
+        it asks what was decided."""
         x = self.x
         s, i, q = h.key
         a = h.attempt
         h.attempt += 1
-        if h.scheme == records.TREE and a < 2:
+        tree = h.scheme == records.TREE
+        if tree and a < 2 and not h.acked:
             agg = x.view.aggregator(s, h.fanout)
             if agg == self.ctx.id:
                 x.aggregator.add(h.key, s, [self.ctx.id], now, h.fanout)
+                h.acked = True
             else:
-                addr = x.view.addr_of(agg)
-                if addr is not None:
-                    x.send(addr, h.key, wire.ATOMIC_YES)
-                    x.count("votes_sent")
+                self._send_yes(h, agg)
         else:
-            # flat votes, or a tree vote that went unanswered twice (its
-            # aggregator may be down): straight to the sender
-            addr = x.view.addr_of(s)
-            if addr is not None:
-                x.send(addr, h.key, wire.ATOMIC_YES)
-                x.count("votes_sent")
+            h.direct = True
+            self._send_yes(h, s)
+        if tree and h.acked:
+            x.timers.at(h.deadline, self._ask, h.key, 0)
+            return
         wait = x.retry_ns(s) << min(a, 6)
         if now + wait < h.deadline + x.retry_ns(s):
             x.timers.at(now + wait, self._retry, h.key, h.attempt)
         else:
             x.timers.at(max(now + wait, h.deadline), self._ask, h.key, 0)
 
+    def _send_yes(self, h: Held, to: int):
+        addr = self.x.view.addr_of(to)
+        if addr is not None:
+            self.x.send(addr, h.key, wire.ATOMIC_YES)
+            self.x.count("votes_sent")
+
     def _retry(self, now: int, key: Key, attempt: int):
         h = self.held.get(key)
-        if h is not None and h.voted and h.attempt == attempt and attempt < MAX_ATTEMPT:
+        if h is not None and h.voted and h.attempt == attempt and attempt < MAX_ATTEMPT and not h.acked:
             self._vote(h, now)
+
+    def on_have(self, key: Key):
+        """Tree: our YES is in an aggregator's (or the sender's) hands."""
+        h = self.held.get(key)
+        if h is not None and h.voted and not h.acked:
+            h.acked = True
+            self.x.timers.at(max(self.ctx.now, h.deadline), self._ask, key, 0)
 
     # ------------------------------------------------------------------ in doubt
     def _ask(self, now: int, key: Key, asked: int):
