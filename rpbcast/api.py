@@ -435,6 +435,28 @@ class Node:
             finally:
                 loop.remove_reader(fd)
 
+    def atomic_snapshot(self, seq: int):
+        """The member ids our proposal seq waited for (its snapshot), or None
+        if this node no longer remembers it."""
+        ext = self._need_atomic()
+        self.transport.lock()
+        try:
+            p = ext.coordinator.get(seq)
+            return None if p is None else sorted(p.snapshot)
+        finally:
+            self.transport.unlock()
+
+    def atomic_delivered(self):
+        """{(sender, inc, seq)} of the atomic messages handed to this node's
+        application (its journal's record, across restarts, within the
+        retention)."""
+        ext = self._need_atomic()
+        self.transport.lock()
+        try:
+            return set(ext.participant.delivered)
+        finally:
+            self.transport.unlock()
+
     def atomic_state(self) -> dict:
         """The atomic layer's counters and state (pending, in doubt, booted, latency)."""
         ext = self._need_atomic()

@@ -59,6 +59,11 @@ def summarize(args, plan, sup, finals, dropped, t_start):
     s["kill_at_s"] = round(sup.kill_t - t_start, 2) if sup.kill_t else None
     if args.gsgc:
         s["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
+    if getattr(args, "atomic", False):
+        from rpbcast.tools.stress.worker import atomic
+        s["atomic"] = atomic.summarize([r for r in plan.receivers if r not in sup.dead], set(sup.victims()),
+                                       sup.sent, finals)
+        s["exactly_once"] = s["exactly_once"] and s["atomic"]["all_or_none"]
     s["run_dir"] = plan.run_dir
     return s
 
@@ -193,6 +198,9 @@ def print_summary(s):
         lines.append("  per receiver    " + ", ".join(
             f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "
             f"{s['per_receiver_purged'][i]:,} obsolete dropped" for i in s["per_receiver_rate"]))
+    if s.get("atomic"):
+        from rpbcast.tools.stress.worker import atomic
+        lines += atomic.summary_lines(s)
     if s.get("receiver_killed"):
         lines.append("  a receiver was killed (SIGKILL) " + (f"and left dead: node {s['dead_receivers']}"
                                                            if s.get("dead_receivers") else "and restarted") +

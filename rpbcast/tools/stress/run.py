@@ -161,12 +161,18 @@ class Supervisor:
             self.expect = {f"{i}/{self.sent[i]['inc']}": self.sent[i]["count"] for i in senders}
             self.latest = {f"{i}/{self.sent[i]['inc']}": self.sent[i].get("latest") for i in senders}
             self.group.send([i for i in receivers if i in procs], cmd="expect", counts=self.expect,
-                            latest=self.latest)
+                            latest=self.latest, **self.atomic_expect())
             self.expect_sent = True
             self.wait_deadline = now + self.args.timeout
         if (self.expect_sent and self.killed and self.restart_at is None and receivers[0] in procs
                 and receivers[0] not in self.complete and not self.dead):
-            procs[receivers[0]].send(cmd="expect", counts=self.expect, latest=self.latest)
+            procs[receivers[0]].send(cmd="expect", counts=self.expect, latest=self.latest, **self.atomic_expect())
+
+    def atomic_expect(self) -> dict:
+        """--atomic: every sender's outcomes, for the receivers' expectation."""
+        if not getattr(self.args, "atomic", False):
+            return {}
+        return {"atomic": {f"{i}/{ev['inc']}": ev.get("atomic") for i, ev in self.sent.items()}}
 
     def victims(self):
         """Receivers whose deliveries cannot be verified: killed, restarted or not."""
