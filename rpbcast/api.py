@@ -396,7 +396,15 @@ class Node:
                 msgs = ext.take(max_n)
             finally:
                 self.transport.unlock()
-            ext.mark_delivered(msgs)        # durable before the application sees them
+            try:
+                ext.mark_delivered(msgs)    # durable before the application sees them
+            except OSError:
+                self.transport.lock()       # not handed over after all: they wait for the next call
+                try:
+                    ext.untake(msgs)
+                finally:
+                    self.transport.unlock()
+                raise
         return msgs
 
     def receive_atomic(self, timeout: Optional[float] = None) -> Optional[AtomicMessage]:

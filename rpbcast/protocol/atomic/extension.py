@@ -323,6 +323,11 @@ class AtomicDelivery(Extension):
         learned their decisions; call mark_delivered before handing them over."""
         return self.participant.take(max_n)
 
+    def untake(self, msgs):
+        """Put messages taken but not handed over (mark_delivered failed)
+        back at the head of the queue."""
+        self.participant.untake(msgs)
+
     def mark_delivered(self, msgs):
         """Durably record that msgs reach the application (its own log: the
         application's thread may call this without the node lock)."""

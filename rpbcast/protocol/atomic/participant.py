@@ -272,6 +272,11 @@ class Participant:
             out.append(m)
         return out
 
+    def untake(self, msgs):
+        for m in reversed(msgs):
+            self.delivered.pop((m.sender, m.inc, m.seq), None)
+            self.ready.appendleft(m)
+
     # ------------------------------------------------------------------ restart
     def recovered(self, key: Key, raw: bytes, decision, delivered: bool, now: int):
         """A proposal the journal held when this member started."""
