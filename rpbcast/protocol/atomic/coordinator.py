@@ -209,7 +209,7 @@ class Coordinator:
         while self.unannounced:
             batch = self.unannounced[:records.MAX_DECISIONS]
             try:
-                self.x.publish(records.decide(records.Decision(*d) for d in batch), now)
+                self.x.publish(records.decisions_in(batch)[0], now)
             except BlockingIOError:
                 self.x.timers.at(now + 1_000_000, lambda t: self.announce(t))
                 return

@@ -29,7 +29,6 @@ ATOMIC_LABEL = 2 ** 64 - 2         # the label of atomic records (2**64 - 1 mean
 VERSION = 1
 
 PROPOSE, DECIDE, BOOT, JOIN, FENCE = 1, 2, 3, 4, 5
-KIND_NAMES = {PROPOSE: "propose", DECIDE: "decide", BOOT: "boot", JOIN: "join", FENCE: "fence"}
 
 # Outcomes and reasons (a decision's, and an ABORTED answer's or a NO vote's).
 COMMIT, ABORT = 1, 2
@@ -100,10 +99,6 @@ def fence(below_inc: int) -> bytes:
     return _FENCE.pack(FENCE, VERSION, 0, below_inc)
 
 
-def kind_of(rec: bytes) -> int:
-    return rec[0] if rec else 0
-
-
 def parse(rec: bytes):
     """(kind, body): Propose, [Decision], [(node id, inc)], None (JOIN) or
     below_inc (FENCE).  Raises RecordError."""
@@ -154,11 +149,6 @@ def decisions_in(items: List[Tuple[int, int, int, int]]) -> List[bytes]:
     for k in range(0, len(items), MAX_DECISIONS):
         out.append(decide(Decision(*d) for d in items[k:k + MAX_DECISIONS]))
     return out
-
-
-def overhead(payload_len: int) -> int:
-    """Bytes a PROPOSE record adds to its payload."""
-    return _PROPOSE.size
 
 
 def maybe(rec: bytes) -> Optional[tuple]:

@@ -20,7 +20,6 @@ those are reported as in flight at the kill, not as missing.
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
