@@ -156,6 +156,20 @@ def test_the_tree_sends_the_sender_fewer_messages_than_flat(tmp_path):
     assert counts["tree"] <= 4 * 6, counts          # 16 voters in groups of 4: ~4 digests each
 
 
+def test_tree_voters_go_to_the_sender_when_their_aggregator_does_not_answer(tmp_path):
+    g = AtomicGroup(5, tmp_path, votes="tree", fanout=2, timeout=2.0)
+    g.run(0.3)
+    # view without sender 1: [2, 3, 4, 5] -> aggregators 2 (for 2, 3) and 4 (for 4, 5)
+    assert g.X[3].view.aggregator(1, 2) == 2 and g.X[5].view.aggregator(1, 2) == 4
+    g.net.drop_filter = lambda src, dst, data: src == 3 and dst == 2 and wire.first_type(data) == T.ATOMIC
+    p = g.propose(1, b"around the aggregator")
+    g.run(1.0)
+    assert p.result().committed
+    assert g.X[3].stats["votes_sent"] == 3          # twice to 2 (unanswered), then to 1
+    assert g.X[5].stats["votes_sent"] == 1          # answered by 4 at once
+    assert all(g.got[i] == {(1, 1, p.seq): 1} for i in (2, 3, 4, 5))
+
+
 # ---------------------------------------------------------------------- aborts
 def test_a_no_vote_aborts_and_nobody_delivers(tmp_path):
     g = AtomicGroup(4, tmp_path)

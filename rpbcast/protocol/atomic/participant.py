@@ -25,6 +25,7 @@ from rpbcast.protocol.atomic.outcome import AtomicMessage
 T = wire.MsgType
 Key = Tuple[int, int, int]
 MAX_ATTEMPT = 16
+KEEP = 1 << 18                 # decisions and delivered ids remembered at most (besides the retention)
 
 
 class Held:
@@ -305,6 +306,6 @@ class Participant:
             while d:
                 k, v = next(iter(d.items()))
                 t = v[2] if isinstance(v, tuple) else v
-                if t >= horizon:
+                if t >= horizon and len(d) <= KEEP:
                     break
                 d.popitem(last=False)
