@@ -12,7 +12,7 @@ const char *const rp_wire_reason_names[RP_WR__COUNT] = {
 const char *const rp_wire_type_names[RP_T__COUNT] = {
     "pad", "data", "repair", "heartbeat", "gossip", "hblist", "rtx", "gcnote",
     "logack", "join", "leave", "members", "stability", "gapnote", "purged",
-    "window", "seqblock", "ping", "pong",
+    "window", "seqblock", "ping", "pong", "atomic",
 };
 
 const char *const rp_wire_section_names[RP_SEC__COUNT] = {
@@ -42,6 +42,7 @@ static const uint8_t known_flags[RP_T__COUNT] = {
     [RP_T_SEQBLOCK] = RP_MF_REPLY,
     [RP_T_PING] = 0,
     [RP_T_PONG] = 0,
+    [RP_T_ATOMIC] = RP_MF_VOTERS,
 };
 
 int rp_secit_next(rp_secit_t *it, uint8_t *kind, uint8_t *flags, const uint8_t **data,
@@ -166,6 +167,10 @@ int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t 
     case RP_T_PING:
     case RP_T_PONG:
         ok = len == 8;
+        break;
+    case RP_T_ATOMIC:
+        ok = (flags & RP_MF_VOTERS) ? (len > 0 && len % 4 == 0 && len / 4 <= RP_ATOMIC_MAX_VOTERS)
+                                    : len == 0;
         break;
     default:
         return RP_WR_TYPE;

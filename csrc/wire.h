@@ -50,7 +50,10 @@ enum {
     RP_T_SEQBLOCK  = 16,  /* sequence block check-out with a logger */
     RP_T_PING      = 17,  /* RTT probe; seq = nonce (any u64); body = u64 timestamp */
     RP_T_PONG      = 18,  /* RTT probe answer; seq and body echoed */
-    RP_T__COUNT    = 19
+    RP_T_ATOMIC    = 19,  /* atomic delivery (docs/atomic.md), about the proposal (sender, inc,
+                             seq): aux = RP_ATOMIC_* | reason << 8; flag VOTERS: body = u32 ids
+                             of YES voters an aggregator collected, else the body is empty */
+    RP_T__COUNT    = 20
 };
 
 /* Message flags, by type. */
@@ -64,6 +67,23 @@ enum {
                                      not the idle list the heartbeat signature covers */
 #define RP_MF_LOST         0x01   /* GAPNOTE: sent but lost for good (the sender's incarnation
                                      died), rather than never sent or collected from a log */
+#define RP_MF_VOTERS       0x01   /* ATOMIC: body = n x u32 voter ids (n >= 1), aux = YES */
+
+/* ATOMIC: what the message says about its proposal (aux & 0xff); the next
+ * byte is a reason code for NO and ABORTED, the number of an aggregator's
+ * voter list for YES with VOTERS and for HAVE.  The decoder checks only the
+ * body's shape: the control plane rejects (and counts) any other aux. */
+enum {
+    RP_ATOMIC_YES       = 1,   /* the proposal is on the voter's disk: it will deliver on COMMIT */
+    RP_ATOMIC_NO        = 2,   /* the voter cannot hold it (reason: why) */
+    RP_ATOMIC_ASK       = 3,   /* in doubt: what was decided? */
+    RP_ATOMIC_COMMITTED = 4,   /* the answer: committed (from the sender's decision) */
+    RP_ATOMIC_ABORTED   = 5,   /* the answer: aborted (reason: why) */
+    RP_ATOMIC_HAVE      = 6,   /* tree votes: your YES arrived, I carry it on (reason: the number
+                                  of the voter list acknowledged) */
+    RP_ATOMIC__COUNT    = 7
+};
+#define RP_ATOMIC_MAX_VOTERS 4096 /* voter ids one ATOMIC message may carry */
 
 /* GOSSIP / RTX / GCNOTE / GAPNOTE body sections: u8 kind, u8 flags,
  * u16 length, data.  No section defines flags in v1 (a known kind with flags

@@ -112,6 +112,8 @@ def read_body(m):
     elif t == T.STABILITY:
         r, entries = wire.read_stability_body(body)
         assert 16 + 16 * len(entries) == len(body)
+    elif t == T.ATOMIC and m.flags & wire.F_VOTERS:
+        assert len(wire.read_voter_ids(body)) * 4 == len(body)
 
 
 def TestOneInput(data):
@@ -175,6 +177,7 @@ def seeds(directory):
         T.SEQBLOCK: (T.SEQBLOCK, wire.F_REPLY, 9, 1, 1 << 20, 1 << 21, b""),
         T.PING: (T.PING, 0, 7, 3, 0, 2**64 - 1, struct.pack("<q", 5)),
         T.PONG: (T.PONG, 0, 7, 3, 0, 2**64 - 1, struct.pack("<q", 5)),
+        T.ATOMIC: (T.ATOMIC, wire.F_VOTERS, 9, 1, wire.ATOMIC_YES, 12, wire.voter_ids([3, 4, 7])),
     }
     for t, m in ms.items():
         with open(os.path.join(directory, f"{t.name.lower()}.bin"), "wb") as f:

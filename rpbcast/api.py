@@ -8,6 +8,12 @@
 High rates: ``publish_batch`` and ``recv_batch`` move many messages per call
 with NumPy arrays and one payload buffer, no Python object per message.
 Asyncio: ``await node.areceive()`` and ``async for msg in node``.
+
+All or none (``Config(atomic=True, state_dir=...)``, docs/atomic.md):
+``node.publish_atomic(payload, timeout=2.0)`` (or ``await
+node.apublish_atomic(...)``) returns an AtomicOutcome once every member has
+the message on disk (committed) or it is aborted; members take committed
+messages with ``receive_atomic`` / ``areceive_atomic``.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import numpy as np
 from rpbcast import netaddr
 from rpbcast.config import Config, ConfigError, MemberSpec
 from rpbcast.core.node import NOLABEL
+from rpbcast.protocol.atomic import ATOMIC_LABEL, AtomicDelivery, AtomicMessage, AtomicOutcome
 from rpbcast.protocol.engine import Engine
 from rpbcast.drivers.udp import SocketError, Transport
 
@@ -182,6 +189,10 @@ class Node:
             self.engine.resume(resume)
         if trace:
             self.engine.node.enable_trace(trace)
+        self._atomic = None
+        if cfg.atomic and cfg.role != "logger":
+            self._atomic = self.engine.add_extension(AtomicDelivery())
+        self._atomic_mark = threading.Lock()
         for x in extensions:
             self.engine.add_extension(x)
         if cfg.conflate:
@@ -247,6 +258,8 @@ class Node:
     def publish(self, payload, label: Optional[int] = None) -> int:
         """Multicast one message; returns its sequence number.  Raises
         BlockingIOError when back-pressure applies."""
+        if label == ATOMIC_LABEL and self._atomic is not None:
+            raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
         return self.transport.publish(payload, label)
 
     def publish_batch(self, payloads, lens=None, labels=None) -> int:
@@ -260,6 +273,8 @@ class Node:
         lens = np.ascontiguousarray(lens, dtype=np.uint32)
         if labels is not None:
             labels = np.ascontiguousarray(labels, dtype=np.uint64)
+            if self._atomic is not None and (labels == np.uint64(ATOMIC_LABEL)).any():
+                raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
         return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels)
 
     # ---- draining: what flow control still waits for --------------------
@@ -459,6 +474,162 @@ class Node:
             for cb in list(self._callbacks):
                 cb(m)
 
+    # ---- atomic delivery (docs/atomic.md) --------------------------------
+    def _need_atomic(self) -> AtomicDelivery:
+        if self._atomic is None:
+            raise RuntimeError("atomic delivery is off: build the node with Config(atomic=True, state_dir=...)")
+        return self._atomic
+
+    def _propose(self, payload, timeout: Optional[float]):
+        """Publish an atomic message's record: (seq, timeout), seq None if
+        back-pressure kept it out until the timeout passed."""
+        ext = self._need_atomic()
+        t = self.config.atomic_timeout if timeout is None else float(timeout)
+        self.transport.lock()
+        try:
+            record = ext.record(payload, t)
+        finally:
+            self.transport.unlock()
+        give_up = time.monotonic() + t
+        while True:
+            try:
+                return self.transport.publish(record, ATOMIC_LABEL), t
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    return None, t
+                time.sleep(0.001)
+
+    def _watch(self, seq, fn):
+        self.transport.lock()
+        try:
+            if not self._atomic.watch(seq, fn, time.monotonic_ns()):
+                raise RuntimeError(f"atomic proposal {seq} was published but not found")
+        finally:
+            self.transport.unlock()
+
+    def publish_atomic(self, payload, timeout: Optional[float] = None) -> AtomicOutcome:
+        """Multicast payload to every member or to none, and wait for the
+        outcome: committed once every member of the group (as this node saw
+        it now: the snapshot) has it on disk -- each then delivers it
+        through receive_atomic, also after a crash -- or aborted (a NO, a
+        member booted or gone, or no decision within timeout seconds,
+        default Config.atomic_timeout), and then nobody delivers it."""
+        seq, t = self._propose(payload, timeout)
+        if seq is None:
+            return AtomicOutcome(False, -1, "back-pressure: not published", 0, t)
+        done = threading.Event()
+        box = []
+
+        def decided(outcome):
+            box.append(outcome)
+            done.set()
+
+        self._watch(seq, decided)
+        # the sender's own deadline decides at the latest; the slack covers a stalled loop
+        if not done.wait(t + 30.0):
+            raise TimeoutError(f"no decision on atomic proposal {seq}: is the node's loop running?")
+        return box[0]
+
+    async def apublish_atomic(self, payload, timeout: Optional[float] = None) -> AtomicOutcome:
+        """publish_atomic, awaitable: the event loop runs while the group votes."""
+        loop = asyncio.get_running_loop()
+        seq, t = await loop.run_in_executor(None, self._propose, payload, timeout)
+        if seq is None:
+            return AtomicOutcome(False, -1, "back-pressure: not published", 0, t)
+        fut = loop.create_future()
+
+        def decided(outcome):
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(outcome))
+
+        self._watch(seq, decided)
+        return await asyncio.wait_for(fut, t + 30.0)
+
+    def _take_atomic(self, max_n: int):
+        ext = self._need_atomic()
+        with self._atomic_mark:
+            self.transport.lock()
+            try:
+                msgs = ext.take(max_n)
+            finally:
+                self.transport.unlock()
+            try:
+                ext.mark_delivered(msgs)    # durable before the application sees them
+            except OSError:
+                self.transport.lock()       # not handed over after all: they wait for the next call
+                try:
+                    ext.untake(msgs)
+                finally:
+                    self.transport.unlock()
+                raise
+        return msgs
+
+    def receive_atomic(self, timeout: Optional[float] = None) -> Optional[AtomicMessage]:
+        """The next committed atomic message (from any sender), waiting up
+        to timeout seconds (None: forever).  Each is handed over once, also
+        across a crash of this node."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            msgs = self._take_atomic(1)
+            if msgs:
+                return msgs[0]
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            self.transport.wait(0.05 if left is None else min(left, 0.05))
+
+    async def areceive_atomic(self) -> AtomicMessage:
+        """Await the next committed atomic message."""
+        loop = asyncio.get_running_loop()
+        while True:
+            msgs = self._take_atomic(1)
+            if msgs:
+                return msgs[0]
+            fut = loop.create_future()
+            fd = self.transport.fileno
+
+            def ready():
+                if not fut.done():
+                    fut.set_result(None)
+
+            loop.add_reader(fd, ready)
+            try:
+                await asyncio.wait_for(fut, 0.05)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                loop.remove_reader(fd)
+
+    def atomic_snapshot(self, seq: int):
+        """The member ids our proposal seq waited for (its snapshot), or None
+        if this node no longer remembers it."""
+        ext = self._need_atomic()
+        self.transport.lock()
+        try:
+            p = ext.coordinator.get(seq)
+            return None if p is None else sorted(p.snapshot)
+        finally:
+            self.transport.unlock()
+
+    def atomic_delivered(self):
+        """{(sender, inc, seq)} of the atomic messages handed to this node's
+        application (its journal's record, across restarts, within the
+        retention)."""
+        ext = self._need_atomic()
+        self.transport.lock()
+        try:
+            return set(ext.participant.delivered)
+        finally:
+            self.transport.unlock()
+
+    def atomic_state(self) -> dict:
+        """The atomic layer's counters and state (pending, in doubt, booted, latency)."""
+        ext = self._need_atomic()
+        self.transport.lock()
+        try:
+            return ext.state()
+        finally:
+            self.transport.unlock()
+
     # ---- membership -----------------------------------------------------
     def members(self):
         self.transport.lock()
@@ -637,6 +808,10 @@ class Node:
                 os.unlink(path)
             except OSError:
                 pass
+        if self._atomic is not None:
+            # pending proposals abort, announced: nobody stays in doubt
+            self.transport.stop()
+            self._atomic.close(time.monotonic_ns())
         self.transport.close()
         if self._dispatcher is not None:
             self._dispatcher.join(timeout=1)

@@ -128,6 +128,21 @@ class Config:
     # stops queueing labelled messages for delivery (read them only there)
     conflate: int = 0
 
+    # atomic (all-or-none) delivery, docs/atomic.md: Node.publish_atomic /
+    # receive_atomic.  Every member runs it; loggers serve its records as data.
+    atomic: bool = False
+    atomic_dir: Optional[str] = None      # its journal (default: <state_dir>/atomic-<node_id>)
+    atomic_timeout: float = 5.0           # publish_atomic's default: no decision by then aborts
+    atomic_votes: str = "flat"            # "flat": every YES to the sender (paper 004);
+                                          # "tree": through aggregators of atomic_fanout members
+    atomic_fanout: int = 16
+    atomic_vote_retry: float = 0.05       # a YES is repeated after this (>= 2 RTT), doubling
+    atomic_boot_after: float = 1.0        # a voter silent this long (>= 8 RTT) is booted
+    atomic_aggregate_delay: float = 0.005  # tree: an aggregator batches votes this long
+    atomic_fsync: bool = True             # False: flush only (simulations; not crash-safe for power loss)
+    atomic_retention: float = 600.0       # decisions are remembered (and journalled) this long
+    atomic_ask_max: float = 2.0           # in doubt: ask for the decision at least this often
+
     # application hook: is a missing (sender, inc, lo, hi) still wanted?
     want: Optional[Callable] = None
 
@@ -213,6 +228,7 @@ class Config:
         need(gport != 0, "group_addr needs a port")
         if self.role == "logger":
             need(self.log_dir is not None, "a logger needs log_dir: the directory of its on-disk log")
+        self._validate_atomic(need)
         if self.srb_window and self.delivery != "fifo":
             raise ConfigError("srb_window needs delivery = 'fifo' (FIFO-SRB delivers in sender order)")
         for m in self.members:
@@ -221,6 +237,25 @@ class Config:
         ids = [m.node_id for m in self.members]
         need(len(ids) == len(set(ids)), "members lists a node_id twice")
         return self
+
+    def _validate_atomic(self, need):
+        for name in ("atomic_timeout", "atomic_vote_retry", "atomic_boot_after", "atomic_aggregate_delay",
+                     "atomic_retention", "atomic_ask_max"):
+            v = getattr(self, name)
+            need(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
+                 f"{name} must be a positive number of seconds, got {v!r}")
+        need(self.atomic_votes in ("flat", "tree"), f"atomic_votes must be 'flat' or 'tree', got {self.atomic_votes!r}")
+        need(isinstance(self.atomic_fanout, int) and 2 <= self.atomic_fanout <= 4096,
+             f"atomic_fanout must be an integer in 2..4096, got {self.atomic_fanout!r}")
+        if not self.atomic:
+            return
+        need(self.delivery == "unordered",
+             "atomic needs delivery = 'unordered' (an atomic message is delivered when it commits, "
+             "not in its stream's order)")
+        need(not self.srb_window, "atomic cannot run with srb_window (FIFO-SRB would purge its records)")
+        need(self.atomic_dir is not None or self.state_dir is not None or self.role == "logger",
+             "atomic needs atomic_dir (or state_dir): the directory of its journal, where a YES is "
+             "written before it is sent")
 
     def replace(self, **kw) -> "Config":
         return dataclasses.replace(self, **kw)

@@ -85,13 +85,15 @@ VALID = {
     T.SEQBLOCK: msg(T.SEQBLOCK, wire.F_REPLY, aux=1 << 20, seq=3 << 20),
     T.PING: msg(T.PING, seq=2**64 - 1, body=struct.pack("<Q", 123)),
     T.PONG: msg(T.PONG, seq=2**64 - 1, body=struct.pack("<Q", 123)),
+    T.ATOMIC: msg(T.ATOMIC, wire.F_VOTERS, sender=9, inc=1, aux=wire.atomic_aux(wire.ATOMIC_YES), seq=12,
+                  body=wire.voter_ids([3, 4, 7])),
 }
 
 KNOWN_FLAGS = {
     T.PAD: 0, T.DATA: 0x01, T.REPAIR: 0x03, T.HEARTBEAT: 0x03, T.GOSSIP: 0, T.HBLIST: 0x07,
     T.RTX: 0, T.GCNOTE: 0, T.LOGACK: 0, T.JOIN: 0, T.LEAVE: 0, T.MEMBERS: 0x03,
     T.STABILITY: 0, T.GAPNOTE: 0x01, T.PURGED: 0, T.WINDOW: 0, T.SEQBLOCK: 0x01,
-    T.PING: 0, T.PONG: 0,
+    T.PING: 0, T.PONG: 0, T.ATOMIC: 0x01,
 }
 
 
@@ -108,7 +110,7 @@ def test_codes_are_the_wire_formats():
     docs/wire-format.md gives them."""
     assert [(t.name, int(t)) for t in T] == [(n, i) for i, n in enumerate(
         "PAD DATA REPAIR HEARTBEAT GOSSIP HBLIST RTX GCNOTE LOGACK JOIN LEAVE MEMBERS STABILITY "
-        "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG".split())]
+        "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG ATOMIC".split())]
     assert [(r.name, int(r)) for r in R] == [(n, i) for i, n in enumerate(
         "OK SHORT OVERSIZE MAGIC VERSION DFLAGS MAC COUNT MSG_TRUNC BODY_TRUNC TRAILING TYPE FLAGS "
         "BODY SEQ GROUP AUTH".split())]
@@ -116,6 +118,9 @@ def test_codes_are_the_wire_formats():
                                                          ("STABILITY", 3), ("LIVE", 4)]
     assert (wire.F_LABEL, wire.F_FROM_LOGGER, wire.F_IDLE, wire.F_FIRST) == (1, 2, 1, 2)
     assert (wire.F_REPLY, wire.F_PUSH, wire.F_VECTOR, wire.F_LOST, wire.DGF_MAC) == (1, 2, 4, 1, 1)
+    assert wire.F_VOTERS == 1
+    assert (wire.ATOMIC_YES, wire.ATOMIC_NO, wire.ATOMIC_ASK, wire.ATOMIC_COMMITTED,
+            wire.ATOMIC_ABORTED, wire.ATOMIC_HAVE, wire.ATOMIC_KINDS) == (1, 2, 3, 4, 5, 6, 7)
 
 
 # ---- round trips ---------------------------------------------------------------
@@ -266,7 +271,7 @@ REASON_CASES = [
     ("body_trunc_into_mac", with_mac(patched(24 + 2, "<H", 6), b"\x00"), R.BODY_TRUNC),
     ("trailing", bytes(base()) + b"\x00", R.TRAILING),
     ("trailing_count_short", patched(16, "<H", 1, two()), R.TRAILING),
-    ("type_19", patched(24, "<B", 19), R.TYPE),
+    ("type_20", patched(24, "<B", 20), R.TYPE),
     ("type_255", patched(24, "<B", 255), R.TYPE),
     ("type_second_msg", patched(24 + 24, "<B", 99, two()), R.TYPE),
     ("flags", patched(25, "<B", 0x02), R.FLAGS),
@@ -365,6 +370,10 @@ BODY_CASES = [
     ("ping_short", T.PING, 0, bytes(7)),
     ("ping_empty", T.PING, 0, b""),
     ("pong_long", T.PONG, 0, bytes(16)),
+    ("atomic_body_without_voters", T.ATOMIC, 0, bytes(4)),
+    ("atomic_voters_empty", T.ATOMIC, wire.F_VOTERS, b""),
+    ("atomic_voters_ragged", T.ATOMIC, wire.F_VOTERS, bytes(6)),
+    ("atomic_voters_too_many", T.ATOMIC, wire.F_VOTERS, bytes(4 * (wire.ATOMIC_MAX_VOTERS + 1))),
 ]
 
 
@@ -388,6 +397,7 @@ def test_bodies_that_are_valid():
         (T.RTX, 0, b""), (T.GCNOTE, 0, b""), (T.GAPNOTE, 0, b""),
         (T.LOGACK, 0, b""),
         (T.STABILITY, 0, wire.stability_body(1, [])),
+        (T.ATOMIC, 0, b""), (T.ATOMIC, wire.F_VOTERS, bytes(4 * wire.ATOMIC_MAX_VOTERS)),
         # Sections of unknown kinds (and their flags) are skipped, in every
         # sectioned type.
         (T.GOSSIP, 0, wire.gossip_body(1, 2, 3, [sec(0, b""), sec(200, b"xyz", flags=0xff)])),
@@ -528,6 +538,8 @@ def valid_message(draw):
         b = wire.stability_body(draw(U64), draw(st.lists(st.tuples(U32, U32, U64), max_size=5)))
     elif t in (T.PING, T.PONG):
         b = draw(st.binary(min_size=8, max_size=8))
+    elif t == T.ATOMIC and flags & wire.F_VOTERS:
+        b = wire.voter_ids(draw(st.lists(U32, min_size=1, max_size=8)))
     return (int(t), flags, draw(U32), draw(U32), draw(U32), seq, b)
 
 

@@ -691,6 +691,39 @@ cdef class Node:
             k = d.take(&self.n, buf, now)
         return d.result(k)
 
+    @property
+    def store_head(self):
+        """Ticket the next stored message gets (take_labelled's cursor)."""
+        return self.n.store.head
+
+    def take_labelled(self, uint64_t label, uint64_t cursor, bint hide=True):
+        """The messages stored from ticket ``cursor`` on -- received or
+        published here -- whose label is ``label``: (next cursor,
+        [(sender, inc, seq, stored at, payload bytes)]).  With ``hide`` they
+        lose their delivery hold, so the application is never handed them
+        (an extension delivers them itself: atomic delivery, at commit).
+        The walk is C; Python sees only the matches."""
+        cdef rp_mstore_t *st = &self.n.store
+        cdef uint64_t c = cursor if cursor > st.tail else st.tail
+        cdef rp_msent_t *e
+        cdef rp_peer_t *p
+        cdef const uint8_t *d
+        out = []
+        while c < st.head:
+            e = rp_mstore_entry(st, c)
+            if e.label == label:
+                d = rp_mstore_data(st, e)
+                if e.sender == RP_SELF_SLOT:
+                    out.append((self.n.id, self.n.inc, e.seq, e.t, d[:e.len]))
+                else:
+                    p = rp_node_peer_at(&self.n, e.sender)
+                    if p != NULL:
+                        out.append((p.id, p.inc, e.seq, e.t, d[:e.len]))
+                if hide:
+                    e.holds &= ~(<uint32_t>RP_MS_DELIVER)
+            c += 1
+        return c, out
+
     # ---- output ----------------------------------------------------------
 
     def emit(self, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender, uint32_t inc,

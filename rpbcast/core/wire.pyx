@@ -15,6 +15,18 @@ from libc.stdlib cimport malloc, free
 
 from rpbcast.core.csrc cimport *
 
+cdef extern from "wire.h":
+    enum:
+        RP_MF_VOTERS
+        RP_ATOMIC_YES
+        RP_ATOMIC_NO
+        RP_ATOMIC_ASK
+        RP_ATOMIC_COMMITTED
+        RP_ATOMIC_ABORTED
+        RP_ATOMIC_HAVE
+        RP_ATOMIC__COUNT
+        RP_ATOMIC_MAX_VOTERS
+
 DG_HDR = RP_DG_HDR
 MSG_HDR = RP_MSG_HDR
 MAX_DGRAM = RP_WIRE_MAX_DGRAM
@@ -44,6 +56,7 @@ F_REPLY = RP_MF_REPLY              # HBLIST/MEMBERS/SEQBLOCK
 F_PUSH = RP_MF_PUSH                # HBLIST/MEMBERS
 F_VECTOR = RP_MF_VECTOR            # HBLIST
 F_LOST = RP_MF_LOST                # GAPNOTE
+F_VOTERS = RP_MF_VOTERS            # ATOMIC
 DGF_MAC = RP_DGF_MAC
 
 
@@ -321,3 +334,34 @@ def purged_pairs(pairs):
 def read_purged_pairs(body):
     """A PURGED body: [(seq, superseded by)]."""
     return [struct.unpack_from("<QQ", body, o) for o in range(0, len(body) - len(body) % 16, 16)]
+
+
+# ---- ATOMIC (atomic delivery, docs/atomic.md) --------------------------------
+# What an ATOMIC message says about its proposal: aux & 0xff, the next byte a
+# reason code (NO, ABORTED) or a voter list's number (YES with VOTERS, HAVE).
+ATOMIC_YES = RP_ATOMIC_YES
+ATOMIC_NO = RP_ATOMIC_NO
+ATOMIC_ASK = RP_ATOMIC_ASK
+ATOMIC_COMMITTED = RP_ATOMIC_COMMITTED
+ATOMIC_ABORTED = RP_ATOMIC_ABORTED
+ATOMIC_HAVE = RP_ATOMIC_HAVE
+ATOMIC_KINDS = RP_ATOMIC__COUNT
+ATOMIC_MAX_VOTERS = RP_ATOMIC_MAX_VOTERS
+
+
+def atomic_aux(int what, int reason=0):
+    """The aux field of an ATOMIC message."""
+    return (what & 0xFF) | ((reason & 0xFF) << 8)
+
+
+def voter_ids(ids):
+    """An ATOMIC body with flag VOTERS: the voter ids, u32 each."""
+    ids = list(ids)
+    if not 0 < len(ids) <= RP_ATOMIC_MAX_VOTERS:
+        raise ValueError(f"an ATOMIC message carries 1..{RP_ATOMIC_MAX_VOTERS} voter ids, got {len(ids)}")
+    return struct.pack(f"<{len(ids)}I", *ids)
+
+
+def read_voter_ids(body):
+    """The voter ids of an ATOMIC body with flag VOTERS (already validated)."""
+    return list(struct.unpack(f"<{len(body) // 4}I", body))

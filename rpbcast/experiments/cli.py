@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 # topic modules; one that is not in this build is skipped
-TOPICS = ["rpbcast.experiments.thesis", "rpbcast.experiments.gsgc", "rpbcast.experiments.srb"]
+TOPICS = ["rpbcast.experiments.thesis", "rpbcast.experiments.gsgc", "rpbcast.experiments.srb",
+          "rpbcast.experiments.atomic"]
 
 
 def registry() -> dict:

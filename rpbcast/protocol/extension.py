@@ -7,8 +7,8 @@ from the control plane (under the node lock when on real sockets), in the
 order the extensions were added (the logger role first).  An extension sees
 the engine only through its ``Context`` (``self.ctx``, set by ``attach``):
 identity, time, the data plane, the member table, the configuration, and
-the few things it may do -- emit a message, gossip, send a GAPNOTE, post an
-application event, trace.
+the few things it may do -- emit a message, publish into its stream, gossip,
+send a GAPNOTE, post an application event, trace.
 """
 from __future__ import annotations
 
@@ -154,6 +154,13 @@ class Context:
         """Queue one control message to dest (an address, or DEST_MCAST);
         sender and inc default to ours."""
         self._engine.emit(dest, type_, body, flags, sender, inc, aux, seq)
+
+    def publish(self, payload, label: Optional[int] = None, now: Optional[int] = None) -> int:
+        """Publish into this member's own reliable stream, as the application
+        does (an extension's records travel, and are repaired, like data);
+        returns the seq.  Raises BlockingIOError on back-pressure."""
+        e = self._engine
+        return e.publish(payload, label, e._now if now is None else now)
 
     def send_gossip(self, member, sections, now: int):
         """One GOSSIP message to member carrying our heartbeat and membership

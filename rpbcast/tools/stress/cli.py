@@ -73,6 +73,12 @@ def add_parsers(sub):
                    help="with --kill-receiver: restart it this long after the kill")
     f.add_argument("--no-restart", action="store_true",
                    help="with --kill-receiver: leave it dead (others must declare it failed)")
+    p.add_argument("--atomic", action="store_true",
+                   help="senders publish all-or-none (publish_atomic, docs/atomic.md): report commits, aborts, "
+                        "commit latency and the all-or-none check")
+    p.add_argument("--atomic-votes", choices=["flat", "tree"], default="flat", help="with --atomic: how votes travel")
+    p.add_argument("--atomic-timeout", type=float, default=2.0, help="with --atomic: seconds before an abort")
+    p.add_argument("--atomic-window", type=int, default=4, help="with --atomic: proposals in flight per sender")
     p.add_argument("--run-dir", default=None, help="where to write run.json, counters and traces")
     p.add_argument("--trace", action="store_true", help="record per-node event traces (needs pyarrow)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for repairs after sending")
@@ -98,6 +104,10 @@ def check_args(args, use_ns) -> Optional[str]:
         return "--size must be at least 8 (the payload carries its send time)"
     if args.flow_timeout is not None and args.flow_timeout <= 0:
         return "--flow-timeout must be a positive number of seconds"
+    if getattr(args, "atomic", False) and (args.srb_window or args.labels != "none" or args.gsgc):
+        return "--atomic runs alone: no --srb-window, --labels or --gsgc"
+    if getattr(args, "atomic", False) and args.atomic_window < 1:
+        return "--atomic-window must be at least 1"
     if args.transport == "multicast" and not use_ns:
         return ("multicast mode needs root (it runs in its own network namespace); "
                 "use --transport unicast")

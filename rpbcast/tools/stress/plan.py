@@ -123,5 +123,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
             "addr_to_node": {str(k): v for k, v in plan.addr_to_node().items()}}
     if role == "receiver":
         spec["checkpoint"] = os.path.join(plan.work, f"recv{i}.npz")
+    if getattr(args, "atomic", False):
+        spec["atomic"] = {"state_dir": os.path.join(plan.work, f"state{i}"), "votes": args.atomic_votes,
+                          "timeout": args.atomic_timeout, "window": args.atomic_window}
     spec.update(extra or {})
     return spec

@@ -78,6 +78,11 @@ def summarize(args, plan, sup, finals, dropped, t_start):
     s["rss_peak_kb_by_role"] = by_role
     if args.gsgc:
         s["gsgc"] = {i: gsgc_brief(f.get("gsgc")) for i, f in finals.items() if f.get("gsgc")}
+    if getattr(args, "atomic", False):
+        from rpbcast.tools.stress.worker import atomic
+        s["atomic"] = atomic.summarize([r for r in plan.receivers if r not in sup.dead], set(sup.victims()),
+                                       sup.sent, finals)
+        s["exactly_once"] = s["exactly_once"] and s["atomic"]["all_or_none"]
     s["run_dir"] = plan.run_dir
     return s
 
@@ -264,6 +269,9 @@ def print_summary(s):
         lines.append("  per receiver    " + ", ".join(
             f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "
             f"{s['per_receiver_purged'][i]:,} obsolete dropped" for i in s["per_receiver_rate"]))
+    if s.get("atomic"):
+        from rpbcast.tools.stress.worker import atomic
+        lines += atomic.summary_lines(s)
     for f in s.get("faults") or []:
         when = (f"applied at {f['applied']:.2f} s" if f.get("applied") is not None else "never applied") + \
             (f", ended at {f['ended']:.2f} s" if f.get("ended") is not None else "")

@@ -340,7 +340,7 @@ class Supervisor:
                 self.expect_key = key
                 self.complete = set()
                 self.group.send([i for i in self.live_receivers() if i in procs], cmd="expect",
-                                counts=self.expect, latest=self.latest, agree=sorted(self.dead_streams))
+                                counts=self.expect, latest=self.latest, agree=sorted(self.dead_streams), **self.atomic_expect())
                 if not self.expect_sent:
                     self.wait_deadline = now + self.args.timeout
                 self.expect_sent = True
@@ -349,12 +349,18 @@ class Supervisor:
             for i in self.restarted_receivers():
                 if i in procs and i not in self.complete:
                     procs[i].send(cmd="expect", counts=self.expect, latest=self.latest,
-                                  agree=sorted(self.dead_streams))
+                                  agree=sorted(self.dead_streams), **self.atomic_expect())
 
     def restarted_receivers(self):
         return [f.node for f in self.faults.faults
                 if f.kind == "kill" and f.role == "receiver" and f.ended is not None
                 and f.node not in self.restarting and f.node not in self.dead]
+
+    def atomic_expect(self) -> dict:
+        """--atomic: every sender's outcomes, for the receivers' expectation."""
+        if not getattr(self.args, "atomic", False):
+            return {}
+        return {"atomic": {f"{i}/{ev['inc']}": ev.get("atomic") for i, ev in self.sent.items()}}
 
     def victims(self):
         """Receivers whose deliveries cannot be verified from their traces:

@@ -25,8 +25,12 @@ def main():
         tw_holder.append(tw)
         return tw
 
+    roles = ROLES
+    if spec.get("atomic"):
+        from rpbcast.tools.stress.worker.atomic import ROLES as ATOMIC_ROLES
+        roles = {**ROLES, **ATOMIC_ROLES}
     try:
-        node = ROLES.get(role, run_logger)(spec, cmds, twf)
+        node = roles.get(role, run_logger)(spec, cmds, twf)
         for tw in tw_holder:
             if tw is not None:
                 tw.close()
