@@ -330,20 +330,41 @@ def _run_kw(kw):
     return run_tpr(**kw)
 
 
+_DONE: Dict[tuple, dict] = {}      # runs already made in this process (figures that share runs)
+
+
+def _memo_key(c):
+    try:
+        k = tuple(sorted(c.items()))
+        hash(k)
+        return k
+    except TypeError:                   # a zone map: not shared
+        return None
+
+
 def run_many(configs: List[dict], jobs: int) -> List[dict]:
-    """run_tpr over configs, in ``jobs`` worker processes (order kept)."""
-    jobs = max(1, min(jobs, len(configs)))
+    """run_tpr over configs, in ``jobs`` worker processes (order kept).
+    Runs are deterministic in their configuration, so one already made in
+    this process (Figs. 5 and 6 are the same runs, so are 7 and 8) is
+    reused."""
+    keys = [_memo_key(c) for c in configs]
+    todo = [i for i, k in enumerate(keys) if k is None or k not in _DONE]
+    jobs = max(1, min(jobs, len(todo) or 1))
     if jobs == 1:
-        return [run_tpr(**c) for c in configs]
-    # biggest first, so the tail is short
-    order = sorted(range(len(configs)), key=lambda i: -_cost(configs[i]))
-    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with ctx.Pool(jobs, maxtasksperchild=20) as pool:
-        out = pool.map(_run_kw, [configs[i] for i in order], chunksize=1)
-    res = [None] * len(configs)
-    for i, r in zip(order, out):
-        res[i] = r
-    return res
+        fresh = [run_tpr(**configs[i]) for i in todo]
+    else:
+        # biggest first, so the tail is short
+        order = sorted(todo, key=lambda i: -_cost(configs[i]))
+        ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+        with ctx.Pool(jobs, maxtasksperchild=20) as pool:
+            out = pool.map(_run_kw, [configs[i] for i in order], chunksize=1)
+        got = dict(zip(order, out))
+        fresh = [got[i] for i in todo]
+    got = dict(zip(todo, fresh))
+    for i, r in got.items():
+        if keys[i] is not None:
+            _DONE[keys[i]] = r
+    return [got[i] if i in got else _DONE[keys[i]] for i in range(len(configs))]
 
 
 def _cost(c):
@@ -381,6 +402,7 @@ def aggregate(results: List[dict], keys: tuple) -> Dict[tuple, dict]:
             "queue_drops": _mean([r["queue_drops"] for r in rs]),
             "send_drops": _mean([r["send_drops"] for r in rs]),
             "max_queue": _mean([r["max_queue"] for r in rs]),
+            "avg_queue": _mean([r["avg_queue"] for r in rs]),
             "tprs": [r["tpr"] for r in ok],
         }
     return out
@@ -403,18 +425,22 @@ def good_window(curve: Dict[float, float], e: float = 0.10):
     return {"s": pts[i][0], "tpr": best, "s1": pts[lo][0], "s2": pts[hi][0]}
 
 
-def _configs_step_sweep(bs, steps, seeds, n, buffers, drops):
-    return [dict(n=n, b=b, step=float(s), seed=sd, buffers=buffers, drops_per_step=drops)
+def _configs_step_sweep(bs, steps, seeds, n, buffers, drops, nodes=None):
+    """Dense (nodes None: an n-node tree) or sparse (n of ``nodes``, a new
+    random group per seed) groups over b x steps x seeds."""
+    return [dict(n=n, b=b, step=float(s), seed=sd, buffers=buffers, drops_per_step=drops,
+                 **({"nodes": nodes, "topo_seed": sd} if nodes else {}))
             for b in bs for s in steps for sd in seeds]
 
 
-def _sweep_table(agg, title, notes):
+def _sweep_table(agg, title, notes, queues=False):
     cols = ["b", "step", "runs", "done", "tpr_mean", "tpr_std", "steps_mean", "queue_drops_mean",
-            "send_drops_mean", "max_queue_mean"]
+            "send_drops_mean", "max_queue_mean"] + (["avg_queue_mean"] if queues else [])
     rows = []
     for (b, step), a in agg.items():
         rows.append([b, step, a["runs"], a["done"], _r(a["tpr"]), _r(a["tpr_std"]), _r(a["steps"]),
-                     _r(a["queue_drops"], 1), _r(a["send_drops"], 1), _r(a["max_queue"], 1)])
+                     _r(a["queue_drops"], 1), _r(a["send_drops"], 1), _r(a["max_queue"], 1)]
+                    + ([_r(a["avg_queue"], 3)] if queues else []))
     return Table(cols, rows, title, notes)
 
 
@@ -454,25 +480,38 @@ FULL_STEPS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 18, 20]
 QUICK_STEPS = [1, 2, 4, 8, 16]
 
 
-def _fig_sweep(out, quick, seed, jobs, sim2):
+SIM_NAME = {False: "I (infinite buffers, no loss)", True: "II (64-message buffers, 2 gossips dropped per step)"}
+
+
+def _step_sweep(quick, seed, jobs, sim2, nodes=None, runs=None):
+    """The n = 200 sweep over b and the step interval (Figs. 5-9): dense,
+    or sparse in a tree of ``nodes``.  Returns (aggregate by (b, step),
+    results, bs, seeds)."""
     bs = [1, 3] if quick else [1, 2, 3, 4, 5]
     steps = QUICK_STEPS if quick else FULL_STEPS
-    seeds = [seed] if quick else list(range(seed, seed + 4))
+    seeds = [seed] if quick else list(range(seed, seed + (runs or 4)))
     buffers, drops = (64, 2) if sim2 else (None, 0)
-    t0 = time.time()
-    res = run_many(_configs_step_sweep(bs, steps, seeds, 200, buffers, drops), jobs)
-    agg = aggregate(res, ("b", "step"))
-    name = "II (64-message buffers, 2 gossips dropped per step)" if sim2 else "I (infinite buffers, no loss)"
-    wins = []
+    res = run_many(_configs_step_sweep(bs, steps, seeds, 200, buffers, drops, nodes), jobs)
+    return aggregate(res, ("b", "step")), res, bs, seeds
+
+
+def _windows(agg, bs):
+    out = []
     for b in bs:
         w = good_window({s: a["tpr"] for (bb, s), a in agg.items() if bb == b})
         if w:
-            wins.append(f"b = {b}: least TPR {w['tpr']:.1f} s at {w['s']:g} s; within 10 %: "
-                        f"{w['s1']:g}-{w['s2']:g} s")
+            out.append(f"b = {b}: least TPR {w['tpr']:.1f} s at {w['s']:g} s; within 10 %: {w['s1']:g}-{w['s2']:g} s")
+    return out
+
+
+def _fig_sweep(out, quick, seed, jobs, sim2):
+    t0 = time.time()
+    agg, res, bs, seeds = _step_sweep(quick, seed, jobs, sim2)
+    name = SIM_NAME[sim2]
     notes = (f"Simulation {name}; dense group n = 200 (200-node degree-4 tree), paper network model, "
              f"gossip {paper_size(200)} bytes; {len(seeds)} run(s) per point (seeds {seeds[0]}..{seeds[-1]}); "
              f"{sum(1 for r in res if not r['done'])} of {len(res)} runs did not finish within 600 s "
-             f"(left out).  Windows: " + "; ".join(wins) + f".  Wall {time.time() - t0:.0f} s.")
+             f"(left out).  Windows: " + "; ".join(_windows(agg, bs)) + f".  Wall {time.time() - t0:.0f} s.")
     fig = "6" if not sim2 else "8"
     _plot_sweep(Path(out) / "plot.png", agg, f"GSGC Fig. {fig} reproduction: simulation {name}, n = 200")
     return _sweep_table(agg, f"GSGC Fig. {fig}: time per round vs step interval (simulation {'II' if sim2 else 'I'})",
@@ -486,6 +525,124 @@ def fig6(out, quick=False, seed=1, jobs=2):
 def fig8(out, quick=False, seed=1, jobs=2):
     return _fig_sweep(out, quick, seed, jobs, sim2=True)
 
+
+# --------------------------------------------------------------------------
+# Figs. 5 and 7: queue sizes against the step interval, n = 200 dense, b = 1..5
+
+def _queue_trends(agg, bs):
+    """The paper's two claims, measured: the average queue falls with the
+    step to a floor; at a fixed step it grows with b."""
+    steps = sorted({s for _, s in agg})
+    out = []
+    for b in bs:
+        q = [agg[(b, s)]["avg_queue"] for s in steps]
+        out.append(f"b = {b}: avg queue {q[0]:.1f} at {steps[0]:g} s -> {min(q):.2f} (floor) at "
+                   f"{steps[q.index(min(q))]:g} s")
+    mono = []
+    for s in steps:
+        q = [agg[(b, s)]["avg_queue"] for b in bs]
+        mono.append(all(x <= y * 1.05 + 0.05 for x, y in zip(q, q[1:])))
+    out.append(f"avg queue non-decreasing in b (5 % slack) at {sum(mono)} of {len(steps)} steps")
+    return out
+
+
+def _queue_fig(out, quick, seed, jobs, sim2):
+    t0 = time.time()
+    agg, res, bs, seeds = _step_sweep(quick, seed, jobs, sim2)
+    name = SIM_NAME[sim2]
+    fig = "7" if sim2 else "5"
+    notes = (f"Simulation {name}; dense group n = 200, the runs of Fig. {'8' if sim2 else '6'} ({len(seeds)} per "
+             f"point).  avg_queue: gossips waiting on a link direction, time-averaged while it is sending, over "
+             f"all directions (the queue a sent gossip sees on average; the paper records each node's queue at "
+             f"each send and receive); max_queue: the longest queue on any link direction"
+             f"{' (the 64-message buffer caps it)' if sim2 else ''}.  " + "; ".join(_queue_trends(agg, bs))
+             + f".  Wall {time.time() - t0:.0f} s.")
+    plt = pyplot()
+    fig_, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), dpi=80)
+    for b in bs:
+        pts = sorted((st, a) for (bb, st), a in agg.items() if bb == b)
+        xs = [st for st, _ in pts]
+        ax1.plot(xs, [a["avg_queue"] for _, a in pts], marker="o", ms=3, label=f"b = {b}")
+        ax2.plot(xs, [a["max_queue"] for _, a in pts], marker="o", ms=3, label=f"b = {b}")
+    for ax, lab, t in ((ax1, "average queue size (gossips)", "(A) average queue size"),
+                       (ax2, "maximum queue size (gossips)", "(B) maximum queue size")):
+        ax.set_xlabel("step interval (s)")
+        ax.set_ylabel(lab)
+        ax.set_title(t)
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig_.suptitle(f"GSGC Fig. {fig} reproduction: simulation {name}, n = 200", fontsize=10)
+    fig_.tight_layout()
+    fig_.savefig(Path(out) / "plot.png")
+    plt.close(fig_)
+    return _sweep_table(agg, f"GSGC Fig. {fig}: queue sizes vs step interval (simulation {'II' if sim2 else 'I'})",
+                        notes, queues=True)
+
+
+def fig5(out, quick=False, seed=1, jobs=2):
+    return _queue_fig(out, quick, seed, jobs, sim2=False)
+
+
+def fig7(out, quick=False, seed=1, jobs=2):
+    return _queue_fig(out, quick, seed, jobs, sim2=True)
+
+
+# --------------------------------------------------------------------------
+# Fig. 9: sparse groups of 200 in a 1000-node tree, simulations I and II
+
+SPARSE_RUNS = 3
+
+
+def fig9(out, quick=False, seed=1, jobs=2):
+    """TPR against the step interval for sparse groups (a new random 200 of
+    the 1000-node tree per run), simulations I and II, beside the dense
+    groups of Figs. 6 and 8 (same seeds): §4.2.3 says they do not differ."""
+    t0 = time.time()
+    runs = 1 if quick else SPARSE_RUNS
+    sims = {}
+    for sim2 in (False, True):
+        sp = _step_sweep(quick, seed, jobs, sim2, nodes=1000, runs=runs)
+        de = _step_sweep(quick, seed, jobs, sim2, runs=runs)
+        sims[sim2] = (sp[0], de[0], sp[2])
+    rows, notes = [], []
+    for sim2, (sp, de, bs) in sims.items():
+        ratios = []
+        for (b, st), a in sp.items():
+            d = de[(b, st)]
+            r = a["tpr"] / d["tpr"] if a["tpr"] and d["tpr"] else None
+            ratios.append(r)
+            rows.append(["II" if sim2 else "I", b, st, a["runs"], a["done"], _r(a["tpr"]), _r(a["tpr_std"]),
+                         _r(a["steps"]), _r(d["tpr"]), _r(r, 3), _r(a["queue_drops"], 1)])
+        rs = [r for r in ratios if r is not None]
+        notes.append(f"simulation {'II' if sim2 else 'I'}: sparse/dense TPR median {np.median(rs):.2f}, "
+                     f"{sum(abs(r - 1) <= 0.15 for r in rs)} of {len(rs)} points within 15 %; sparse windows: "
+                     + "; ".join(_windows(sp, bs)) + "; dense: " + "; ".join(_windows(de, bs)))
+    note = (f"Sparse groups: n = 200 of a 1000-node degree-4 tree, a new random group per run (topo seed = seed); "
+            f"dense: the 200-node tree, same seeds.  {runs} run(s) per point (seeds {seed}..{seed + runs - 1}).  "
+            + ".  ".join(notes) + f".  Wall {time.time() - t0:.0f} s.")
+    plt = pyplot()
+    fig_, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=80, sharey=True)
+    for ax, sim2 in zip(axes, (False, True)):
+        sp, de, bs = sims[sim2]
+        for b in bs:
+            pts = sorted((st, a["tpr"]) for (bb, st), a in sp.items() if bb == b and a["tpr"] is not None)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=f"b = {b} sparse")
+            pts = sorted((st, a["tpr"]) for (bb, st), a in de.items() if bb == b and a["tpr"] is not None)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], ls=":", color=line.get_color(), lw=1)
+        ax.set_xlabel("step interval (s)")
+        ax.set_title(f"simulation {'II' if sim2 else 'I'} (dotted: dense, Fig. {'8' if sim2 else '6'})", fontsize=9)
+        ax.set_ylim(0, 150)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("time per round (s)")
+    fig_.suptitle("GSGC Fig. 9 reproduction: sparse groups of 200 in a 1000-node tree", fontsize=10)
+    fig_.tight_layout()
+    fig_.savefig(Path(out) / "plot.png")
+    plt.close(fig_)
+    return Table(["simulation", "b", "step", "runs", "done", "tpr_mean", "tpr_std", "steps_mean", "dense_tpr_mean",
+                  "sparse_over_dense", "queue_drops_mean"], rows,
+                 "GSGC Fig. 9: TPR vs step interval, sparse groups of 200 (simulations I and II)", note)
 
 
 # --------------------------------------------------------------------------
@@ -786,6 +943,9 @@ def adaptive(out, quick=False, seed=1, jobs=2):
 
 
 EXPERIMENTS = {
+    "gsgc-fig5": Experiment(fig5, "GSGC Fig. 5: average and maximum queue size vs step interval, n = 200, simulation I"),
+    "gsgc-fig7": Experiment(fig7, "GSGC Fig. 7: average and maximum queue size vs step interval, n = 200, simulation II"),
+    "gsgc-fig9": Experiment(fig9, "GSGC Fig. 9: TPR vs step interval, sparse groups of 200 (simulations I and II)"),
     "gsgc-fig6": Experiment(fig6, "GSGC Fig. 6: TPR vs step interval, b = 1..5, n = 200, simulation I (no loss)"),
     "gsgc-fig8": Experiment(fig8, "GSGC Fig. 8: TPR vs step interval, b = 1..5, n = 200, simulation II (64 buffers, drops)"),
     "gsgc-fig12": Experiment(fig12, "GSGC Fig. 12: near-minimum TPR grows linearly with n (global gossip, sparse)"),
