@@ -461,9 +461,9 @@ OVERHEAD_END = {"end": "linger", "linger": 2.0}
 TYPES = ("gossip", "hblist", "heartbeat", "logack", "rtx", "ping", "pong", "gcnote", "members")
 
 
-def _overhead_rows(done, key_of, xs, seeds, xname):
+def _overhead_rows(done, key_of, xs, seeds, xname, series=OVERHEAD_SERIES):
     rows = []
-    for s in OVERHEAD_SERIES:
+    for s in series:
         for x in xs:
             rs = [done[key_of(s, x, sd)][0] for sd in seeds]
             rows.append([x, s, mean([r["overhead_bytes"] for r in rs]) / 1e3, mean([r["overhead_msgs"] for r in rs]),
@@ -472,10 +472,10 @@ def _overhead_rows(done, key_of, xs, seeds, xname):
     return Table([xname, "protocol", "overhead_kB", "overhead_msgs", "missing"] + [f"{ty}_kB" for ty in TYPES], rows)
 
 
-def _overhead_plot(t, xs, xname, xlabel, title, out, logx=False):
+def _overhead_plot(t, xs, xname, xlabel, title, out, logx=False, series=OVERHEAD_SERIES):
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for s in OVERHEAD_SERIES:
+    for s in series:
         ys = [t.where(**{xname: x, "protocol": s})[0] for x in xs]
         kw = dict(marker=MARKER[s], color=COLOR[s], label=s, ls="--" if "," in s else "-")
         a1.plot(xs, [r[2] for r in ys], **kw)
@@ -498,19 +498,19 @@ SENDERS_QUICK = [1, 6, 18]
 
 
 def _overhead_experiment(out, quick, seed, jobs, xs, xname, param, title, plot_title, xlabel,
-                         notes="", logx=False) -> Table:
-    """Figs. 7-6 and 7-7: non-repair overhead of every OVERHEAD_SERIES
-    protocol as simulation parameter `param` takes the values xs."""
+                         notes="", logx=False, series=OVERHEAD_SERIES) -> Table:
+    """Figs. 7-6 and 7-7: non-repair overhead of every protocol in series
+    as simulation parameter `param` takes the values xs."""
     seeds = seeds_of(seed, 1 if quick else 3)
     over = dict(OVERHEAD_END, duration=3.0) if quick else dict(OVERHEAD_END)
-    specs = [((s, x, sd), params(s, seed=sd, **{param: x}, **over), ()) for s in OVERHEAD_SERIES
+    specs = [((s, x, sd), params(s, seed=sd, **{param: x}, **over), ()) for s in series
              for x in xs for sd in seeds]
     done = run_all(specs, jobs, out)
-    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, xname)
+    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, xname, series)
     t.title = title
     t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; every message type but DATA and REPAIR, sent over "
                f"{over['duration'] if 'duration' in over else 10:g} s of sending + 2 s." + notes)
-    _overhead_plot(t, xs, xname, xlabel, plot_title, out, logx=logx)
+    _overhead_plot(t, xs, xname, xlabel, plot_title, out, logx=logx, series=series)
     return t
 
 
@@ -530,7 +530,10 @@ def fig7_7(out, quick, seed, jobs) -> Table:
     return _overhead_experiment(
         out, quick, seed, jobs, LOSSES_QUICK if quick else LOSSES, "loss", "nominal_loss",
         "Fig. 7-7: non-repair overhead vs loss rate (18 senders, 360 packets/s)",
-        "Fig. 7-7: overhead vs loss rate (18 senders, 360 pkt/s)", "loss rate", logx=True)
+        "Fig. 7-7: overhead vs loss rate (18 senders, 360 pkt/s)", "loss rate (end to end)", logx=True,
+        series=OVERHEAD_SERIES + ("rpbcast, round pulls",),
+        notes="  Loss on links, each rate the end-to-end one.  rpbcast, round pulls: no immediate pulls (the "
+              "thesis's agent asked in its gossip rounds).")
 
 
 # ---------------------------------------------------------------- Table 7.2 / Fig. 7-8
