@@ -1,8 +1,10 @@
 """GSGC's simulation figures (Guo et al., CS-TR-97-1656, §4 and §5) in the
-discrete-event simulator: time per round (TPR) against the step interval
-(Figs. 6 and 8), against the group size with global gossip (Fig. 12) and
-with local gossip (Fig. 13), and the adaptive search for the window of good
-step intervals (§4.3, Figs. 10-11).
+discrete-event simulator: queue sizes (Figs. 5 and 7) and time per round
+(TPR) against the step interval (Figs. 6 and 8; sparse groups, Fig. 9),
+against the group size with global gossip (Fig. 12) and with local gossip
+(Fig. 13: the two-layer implementation in one concurrent run, zones by
+proximity), and the adaptive search for the window of good step intervals
+(§4.3, Figs. 10-11).
 
     rpbcast experiment gsgc-fig6 --out results/ [--quick] [--jobs 2]
 
