@@ -16,8 +16,8 @@ import pytest
 from groups import Group
 from rpbcast.core import wire
 from rpbcast.config import Config
-from rpbcast.protocol.gsgc import (GsgcConfig, GsgcExtension, OnlineSearch, diffusion_steps, find_window,
-                          k_threshold, view_hash, zones_by_rtt)
+from rpbcast.protocol.gsgc import (CTRL, LOCAL, GsgcConfig, GsgcExtension, OnlineSearch, diffusion_steps,
+                                   find_window, k_threshold, view_hash, zones_by_proximity, zones_by_rtt)
 from rpbcast.protocol.membership import MEMBER, NOT_MEMBER, Member
 from rpbcast.drivers.memnet import NS, MemNet
 
@@ -549,6 +549,114 @@ def test_local_gossip_controller_crash_is_replaced(tmp_path):
     assert not safety.violations, safety.violations[:5]
     s1 = {i: X[i].state()["S"][(2, 1)] for i in live}
     assert all(s1[i] > s0[i] + 300 for i in live), (s0, s1)      # global stability resumed
+
+
+def test_controllers_start_phase_two_only_once_their_zone_has_a_local_s(tmp_path):
+    """§5: "after the local stability arrays are constructed, the SCs start
+    the second phase".  A controller that gossiped among controllers from
+    the start would only carry an empty zone S (its rounds conclude S = 0)
+    on the links its zone's first round needs."""
+    zones = {i: (i - 1) // 4 for i in range(1, 13)}
+    g = Group(12, senders=[2], loggers=[12], tmp_path=tmp_path, seed=16)
+    X = with_gsgc(g, zones=zones, controllers=1, step=0.05)
+    first_local = {}
+    first_ctrl_send = {}
+
+    def watch(net):
+        for i, x in X.items():
+            lay = x.layers.get(LOCAL)
+            if i not in first_local and lay is not None and lay.arr.round >= 1:
+                first_local[i] = net.now
+            if i not in first_ctrl_send and x.stats["sent_controllers"]:
+                first_ctrl_send[i] = net.now
+        net.at(net.now + NS // 1000, watch)
+    g.net.at(g.net.now, watch)
+    g.publish_stream(300, per_tick=1, tick=0.002)
+    assert g.run_until_complete(timeout=20)
+    assert g.net.run_until_true(lambda net: everything_stable(g, X, g.ids), timeout=10)
+    ctrl = sorted(i for i, x in X.items() if x.state()["controller"])
+    assert ctrl == [1, 5, 9]
+    assert set(first_ctrl_send) == set(ctrl)
+    for i in ctrl:
+        assert first_ctrl_send[i] >= first_local[i], (i, first_ctrl_send[i], first_local[i])
+        assert X[i].layers[CTRL].arr.rounds_completed + X[i].layers[CTRL].arr.round > 0
+
+
+def test_controllers_step_at_their_own_interval(tmp_path):
+    """§5's local groups and SC group have step intervals of their own
+    (0.7 s and 0.2-0.7 s in the paper): step2 paces the controller layer."""
+    zones = {i: (i - 1) // 4 for i in range(1, 9)}
+    g = Group(8, senders=[2], loggers=[8], tmp_path=tmp_path, seed=3)
+    X = with_gsgc(g, zones=zones, controllers=1, step=0.02, step2=0.1)
+    g.publish_stream(200, per_tick=1, tick=0.002)
+    assert g.run_until_complete(timeout=20)
+    g.net.run(2.0)
+    assert everything_stable(g, X, g.ids)
+    for i in (1, 5):
+        loc, ctl = X[i].layers[LOCAL].steps, X[i].layers[CTRL].steps
+        assert ctl > 5 and 3.5 < loc / ctl < 7, (i, loc, ctl)   # 0.1 / 0.02 = 5, the controller layer started later
+    with pytest.raises(ValueError, match="step2"):
+        GsgcConfig(step2=0.1).validate()                       # needs zones
+    with pytest.raises(ValueError, match="step2"):
+        GsgcConfig(zones={1: 0}, step2=0.1).validate()         # needs step
+
+
+def test_without_failure_detection_nobody_is_declared_failed_and_no_live_arrays_are_sent(tmp_path):
+    """The paper's simulations detect stability alone (§4); a silent member
+    then stops rounds instead of being declared failed."""
+    g = Group(5, senders=[1], loggers=[5], tmp_path=tmp_path, seed=5)
+    X = with_gsgc(g, failure_detection=False)
+    g.publish_stream(100000, per_tick=1, tick=0.002)
+    g.net.run(0.5)
+    r0 = max(rounds(X).values())
+    assert r0 >= 2
+    g.net.crash(3)
+    g.net.run(3.0)
+    for i, x in X.items():
+        if i == 3:
+            continue
+        assert x.state()["failed"] == [] and not x.layers[0].armed
+        assert x.state()["round"] <= r0 + 1                   # stuck on the silent member
+
+
+def test_zones_by_proximity_follow_the_network():
+    """Zones of at most `size` members from RTTs: on the paper's tree they
+    are subtrees, so local gossip stays off the root, where random zones
+    cross it for most pairs."""
+    from rpbcast.sim import topology as T
+    topo = T.balanced_tree(1000)
+    ids = T.choose_members(topo, 300, seed=1)
+    rtt = lambda a, b: 2 * topo.latency_ns(a, b) / NS      # noqa: E731
+    z = zones_by_proximity(ids, rtt, 50)
+    assert z == zones_by_proximity(list(reversed(ids)), rtt, 50)       # deterministic
+    assert set(z) == set(ids)
+    by = collections.defaultdict(list)
+    for v, k in z.items():
+        by[k].append(v)
+    sizes = sorted(len(m) for m in by.values())
+    assert sizes[-1] <= 50 and sum(1 for s in sizes if s <= 25) <= 1 and len(by) <= 12
+    assert all(k == min(m) for k, m in by.items())                    # named by their lowest id
+
+    def root_crossings(groups):
+        pairs = cross = 0
+        for m in groups:
+            for a in m:
+                for b in m:
+                    if a < b:
+                        pairs += 1
+                        cross += 1 in topo.path(a, b)
+        return cross / pairs
+    rnd = list(ids)
+    random.Random(1).shuffle(rnd)
+    assert root_crossings(by.values()) < 0.1
+    assert root_crossings([rnd[k:k + 50] for k in range(0, 300, 50)]) > 0.5
+    # no two zones fit together; a remainder smaller than min_size joins its
+    # closest zone instead of standing alone (with the default, size // 4 = 1, it stays)
+    pos = {1: 0.0, 2: 0.001, 3: 0.002, 4: 0.003, 5: 0.2}
+    near = lambda a, b: abs(pos[a] - pos[b])                # noqa: E731
+    assert zones_by_proximity(pos, near, 4) == {1: 1, 2: 1, 3: 1, 4: 1, 5: 5}
+    assert zones_by_proximity(pos, near, 4, min_size=2) == {1: 1, 2: 1, 3: 1, 4: 1, 5: 1}
+    assert zones_by_proximity(pos, near, 2) == {1: 1, 2: 1, 3: 3, 4: 3, 5: 5}
 
 
 def test_zones_by_rtt():

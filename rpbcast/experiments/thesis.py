@@ -8,8 +8,11 @@ per node), 7-3 (traffic per link), 7-4 (delivery latency against the send
 rate), 7-5 (messages pbcast fails to deliver to everyone), 7-6 and 7-7
 (non-repair overhead against the number of senders and the loss rate) and
 Table 7.2 (uniform / linear / quadratic gossip target selection, with the
-per-link traffic of Fig. 7-8).  docs/reproduction/thesis.md compares every
-result with the thesis.
+per-link traffic of Fig. 7-8).  Three side experiments find out why a
+result differs from the thesis's: fig7-4-loss (the LBRM / rpbcast
+cross-over and where the loss is), fig7-6-parts (which overhead grows with
+the senders) and table7-2-repair (selection with immediate and round
+pulls).  docs/reproduction/thesis.md compares every result with the thesis.
 
 The set-up is §7.1's: the 30-node transit-stub topology with its 18 fringe
 hosts as members and the logger at node 17 (the thesis's "node 14 on the far
@@ -18,8 +21,9 @@ a repair-service limit of 1000 retransmissions per second per node, Poisson
 senders of 1 KB packets for 10 s, then up to 10 s of lingering; Table 7.1
 parameters: gossip period 0.25 s, GC limit 10 rounds, linear-bias target
 selection; LBRM heartbeats 0.25 s .. 32 s with back-off 2 and re-requests
-every 0.25 s.  Loss is uniform end-to-end loss at every receiving host, on
-every packet (data, repairs and control).
+every 0.25 s.  Loss is on the links (every packet: data, repairs and
+control), at the rate per link that makes the stated end-to-end rate
+(``link_loss``; ns-2 drops with error models on links).
 
 Two things to know about rpbcast here, both explained in the write-up:
 
@@ -35,6 +39,7 @@ Two things to know about rpbcast here, both explained in the write-up:
 """
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 from pathlib import Path
@@ -46,11 +51,44 @@ from rpbcast.sim import topology as sim_topology
 
 # ---------------------------------------------------------------- set-up
 
+# Loss (§7.1: "1 % packet loss", 0.1-5 % in Fig. 7-7; the model is not
+# given).  ns-2 drops packets with error models on links, so a loss near a
+# sender or in the backbone hits every member behind that link together:
+# members near each other -- the targets linear bias prefers -- often lack
+# the same message.  We put a loss channel on every link direction (every
+# packet: data, repairs, control) with the probability that makes a member
+# lose the nominal rate of the multicast data on average over the senders.
+# With loss drawn independently at each receiving host instead, a random
+# peer almost always holds what a member lacks, and the first cross-over of
+# Fig. 7-4 cannot appear (experiment fig7-4-loss).
+LOSS_WHERE = "link"
+
+
+def mean_hops(topo=None) -> float:
+    """Links on a sender's route to a receiver, averaged over member pairs."""
+    topo = topo or _topo()
+    h = topo.hosts
+    return sum(len(topo.path(a, b)) - 1 for a in h for b in h if a != b) / (len(h) * (len(h) - 1))
+
+
+def link_loss(rate: float, where: str = LOSS_WHERE) -> float:
+    """The per-channel loss probability for a nominal end-to-end rate: on
+    links, 1 - (1 - rate) ** (1 / mean hops) (0.00225 for 1 % on the
+    transit-stub graph, 4.46 links on average); at receivers, the rate."""
+    if where != "link" or rate <= 0:
+        return rate
+    return 1.0 - (1.0 - rate) ** (1.0 / _thesis_mean_hops())
+
+
+@functools.lru_cache(maxsize=None)
+def _thesis_mean_hops():
+    return mean_hops()
+
+
 # §7.1 and Table 7.1; everything else is rpbcast.sim's default.
 BASE = {
     "topology": "transit-stub",
     "senders": "all",            # 18 senders, the logger's node included
-    "loss": 0.01,
     "total_rate": 360.0,         # packets/s over all senders
     "duration": 10.0,
     "size": 1024,
@@ -64,6 +102,7 @@ BASE = {
     "logger_rtx_interval": 0.25,
     "idle_after": 0.25,
 }
+NOMINAL_LOSS = 0.01
 
 # series name -> simulator protocol and parameters on top of BASE
 SERIES = {
@@ -75,20 +114,32 @@ SERIES = {
     # rpbcast with the engine's default idle threshold (5 ms)
     "rpbcast, idle 5 ms": {"protocol": "rpbcast", "idle_after": 0.005},
     # Fig. 7-5 at twice the loss
-    "rpbcast, 2 % loss": {"protocol": "rpbcast", "loss": 0.02},
-    "pbcast, 2 % loss": {"protocol": "pbcast", "loss": 0.02},
+    "rpbcast, 2 % loss": {"protocol": "rpbcast", "nominal_loss": 0.02},
+    "pbcast, 2 % loss": {"protocol": "pbcast", "nominal_loss": 0.02},
+    # the other loss placement (fig7-4-loss, table7-2-repair)
+    "rpbcast, loss at receivers": {"protocol": "rpbcast", "loss_where": "receiver"},
+    "lbrm, loss at receivers": {"protocol": "lbrm", "loss_where": "receiver"},
 }
 COLOR = {"rpbcast": "tab:blue", "lbrm": "tab:red", "pbcast": "tab:green",
          "rpbcast, round pulls": "tab:cyan", "rpbcast, idle 5 ms": "tab:purple",
-         "rpbcast, 2 % loss": "tab:blue", "pbcast, 2 % loss": "tab:green"}
+         "rpbcast, 2 % loss": "tab:blue", "pbcast, 2 % loss": "tab:green",
+         "rpbcast, loss at receivers": "tab:blue", "lbrm, loss at receivers": "tab:red"}
 MARKER = {"rpbcast": "o", "lbrm": "s", "pbcast": "^", "rpbcast, round pulls": "v", "rpbcast, idle 5 ms": "D",
-          "rpbcast, 2 % loss": "o", "pbcast, 2 % loss": "^"}
+          "rpbcast, 2 % loss": "o", "pbcast, 2 % loss": "^", "rpbcast, loss at receivers": "o",
+          "lbrm, loss at receivers": "s"}
 
 
 def params(series: str, **over) -> dict:
+    """Simulator parameters of a series; ``nominal_loss`` (default 1 %) is
+    the end-to-end loss rate, turned into the per-channel probability of
+    ``loss_where`` (see LOSS_WHERE)."""
     p = dict(BASE)
     p.update(SERIES[series])
     p.update(over)
+    rate = p.pop("nominal_loss", NOMINAL_LOSS)
+    where = p.setdefault("loss_where", LOSS_WHERE)
+    if "loss" not in over:
+        p["loss"] = link_loss(rate, where)
     return p
 
 
@@ -96,12 +147,17 @@ def params(series: str, **over) -> dict:
 
 def run_spec(spec):
     """One simulation.  spec = (key, params, tables): tables is a tuple of
-    "nodes" / "links"; returns (key, results, {table: rows})."""
+    "nodes" / "links" (per-node and per-link rows) and "pulls" /
+    "frontiers" (rpbcast.experiments.probes); returns (key, results,
+    {table: rows or probe result})."""
     key, p, tables = spec
     from rpbcast.sim import Simulation
+    from rpbcast.experiments import probes
     sim = Simulation(dict(p))
+    probe = {"pulls": probes.PullOutcomes, "frontiers": probes.FrontierReports}
+    on = {t: probe[t](sim) for t in tables if t in probe}
     res = sim.run()
-    out = {}
+    out = {t: x.result() for t, x in on.items()}
     if "nodes" in tables:
         out["nodes"] = [{k: v for k, v in row.items() if k in ("node", "role", "sender", "engine_served",
                                                                  "tx_repair", "rx_repair")}
@@ -286,7 +342,9 @@ def fig7_3(out, quick, seed, jobs) -> Table:
 
 # ---------------------------------------------------------------- Fig. 7-4 / 7-5
 
-RATES = [360, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000]
+# up to where the links saturate (data alone fills them at ~11,500 packets/s
+# of 1 KB): the second cross-over lies there (§7.3)
+RATES = [360, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000, 11000, 12000]
 RATES_QUICK = [360, 4000, 9000]
 QUICK_DURATION = 2.0
 
@@ -315,7 +373,7 @@ RATE_COLS = ["rate", "protocol", "lat_all_mean", "lat_all_std", "lat_all_p99", "
 
 
 def fig7_4(out, quick, seed, jobs) -> Table:
-    series = ("rpbcast", "lbrm", "pbcast", "rpbcast, round pulls")
+    series = ("rpbcast", "lbrm", "pbcast")
     rates = RATES_QUICK if quick else RATES
     seeds = seeds_of(seed, 1 if quick else 2)
     dur = QUICK_DURATION if quick else 10.0
@@ -326,8 +384,7 @@ def fig7_4(out, quick, seed, jobs) -> Table:
     t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; {dur:g} s of sending, then up to 10 s of lingering; "
                "latency over the messages that reached every receiver.  Cross-overs: "
                + "; ".join(f"{a} vs {b}: {crossover(rates, lat[a], lat[b])}"
-                           for a, b in (("lbrm", "rpbcast"), ("lbrm", "rpbcast, round pulls"),
-                                        ("rpbcast", "pbcast"))) + ".")
+                           for a, b in (("lbrm", "rpbcast"), ("rpbcast", "pbcast"))) + ".")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for s in series:
@@ -408,9 +465,9 @@ OVERHEAD_END = {"end": "linger", "linger": 2.0}
 TYPES = ("gossip", "hblist", "heartbeat", "logack", "rtx", "ping", "pong", "gcnote", "members")
 
 
-def _overhead_rows(done, key_of, xs, seeds, xname):
+def _overhead_rows(done, key_of, xs, seeds, xname, series=OVERHEAD_SERIES):
     rows = []
-    for s in OVERHEAD_SERIES:
+    for s in series:
         for x in xs:
             rs = [done[key_of(s, x, sd)][0] for sd in seeds]
             rows.append([x, s, mean([r["overhead_bytes"] for r in rs]) / 1e3, mean([r["overhead_msgs"] for r in rs]),
@@ -419,10 +476,10 @@ def _overhead_rows(done, key_of, xs, seeds, xname):
     return Table([xname, "protocol", "overhead_kB", "overhead_msgs", "missing"] + [f"{ty}_kB" for ty in TYPES], rows)
 
 
-def _overhead_plot(t, xs, xname, xlabel, title, out, logx=False):
+def _overhead_plot(t, xs, xname, xlabel, title, out, logx=False, series=OVERHEAD_SERIES):
     plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-    for s in OVERHEAD_SERIES:
+    for s in series:
         ys = [t.where(**{xname: x, "protocol": s})[0] for x in xs]
         kw = dict(marker=MARKER[s], color=COLOR[s], label=s, ls="--" if "," in s else "-")
         a1.plot(xs, [r[2] for r in ys], **kw)
@@ -445,19 +502,19 @@ SENDERS_QUICK = [1, 6, 18]
 
 
 def _overhead_experiment(out, quick, seed, jobs, xs, xname, param, title, plot_title, xlabel,
-                         notes="", logx=False) -> Table:
-    """Figs. 7-6 and 7-7: non-repair overhead of every OVERHEAD_SERIES
-    protocol as simulation parameter `param` takes the values xs."""
+                         notes="", logx=False, series=OVERHEAD_SERIES) -> Table:
+    """Figs. 7-6 and 7-7: non-repair overhead of every protocol in series
+    as simulation parameter `param` takes the values xs."""
     seeds = seeds_of(seed, 1 if quick else 3)
     over = dict(OVERHEAD_END, duration=3.0) if quick else dict(OVERHEAD_END)
-    specs = [((s, x, sd), params(s, seed=sd, **{param: x}, **over), ()) for s in OVERHEAD_SERIES
+    specs = [((s, x, sd), params(s, seed=sd, **{param: x}, **over), ()) for s in series
              for x in xs for sd in seeds]
     done = run_all(specs, jobs, out)
-    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, xname)
+    t = _overhead_rows(done, lambda s, x, sd: (s, x, sd), xs, seeds, xname, series)
     t.title = title
     t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; every message type but DATA and REPAIR, sent over "
                f"{over['duration'] if 'duration' in over else 10:g} s of sending + 2 s." + notes)
-    _overhead_plot(t, xs, xname, xlabel, plot_title, out, logx=logx)
+    _overhead_plot(t, xs, xname, xlabel, plot_title, out, logx=logx, series=series)
     return t
 
 
@@ -475,9 +532,12 @@ LOSSES_QUICK = [0.001, 0.01, 0.05]
 
 def fig7_7(out, quick, seed, jobs) -> Table:
     return _overhead_experiment(
-        out, quick, seed, jobs, LOSSES_QUICK if quick else LOSSES, "loss", "loss",
+        out, quick, seed, jobs, LOSSES_QUICK if quick else LOSSES, "loss", "nominal_loss",
         "Fig. 7-7: non-repair overhead vs loss rate (18 senders, 360 packets/s)",
-        "Fig. 7-7: overhead vs loss rate (18 senders, 360 pkt/s)", "loss rate", logx=True)
+        "Fig. 7-7: overhead vs loss rate (18 senders, 360 pkt/s)", "loss rate (end to end)", logx=True,
+        series=OVERHEAD_SERIES + ("rpbcast, round pulls",),
+        notes="  Loss on links, each rate the end-to-end one.  rpbcast, round pulls: no immediate pulls (the "
+              "thesis's agent asked in its gossip rounds).")
 
 
 # ---------------------------------------------------------------- Table 7.2 / Fig. 7-8
@@ -493,6 +553,9 @@ def table7_2(out, quick, seed, jobs) -> Table:
     specs = [((sel, sd), params("rpbcast", selection=sel, seed=sd, **over), ("links",))
              for sel in SELECTIONS for sd in seeds]
     done = run_all(specs, jobs, out)
+    topo = _topo()
+    backbone = {tuple(sorted((l.a, l.b))) for l in topo.links
+                if topo.kinds[l.a] == "transit" and topo.kinds[l.b] == "transit"}
     rows = []
     link_bytes = {}
     for sel in SELECTIONS:
@@ -506,14 +569,18 @@ def table7_2(out, quick, seed, jobs) -> Table:
         rows.append([sel, mean([r["lat_all_mean"] for r in rs]), mean([r["lat_all_std"] for r in rs]),
                      mean([r["lat_all_p99"] for r in rs]), THESIS_TABLE_7_2[sel][0], THESIS_TABLE_7_2[sel][1],
                      mean([r["link_bytes"] for r in rs]) / 1e6, sum(acc.values()) / 1e6,
+                     sum(v for k, v in acc.items() if k in backbone) / 1e6,
                      mean([r["link_bytes_max"] for r in rs]) / 1e6, mean([r["served_max_member"] for r in rs]),
                      mean([r["missing"] for r in rs])])
     t = Table(["selection", "lat_all_mean", "lat_all_std", "lat_all_p99", "thesis_mean", "thesis_std",
-               "link_MB", "link_repair_control_MB", "link_max_MB", "served_max_member", "missing"], rows,
+               "link_MB", "link_repair_control_MB", "backbone_repair_control_MB", "link_max_MB",
+               "served_max_member", "missing"], rows,
               title="Table 7.2 / Fig. 7-8: gossip target selection (rpbcast, 1 % loss, 360 packets/s)")
     t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; latency = publish until every receiver has it "
                "(mean and standard deviation over messages, then averaged over seeds); link_MB = bytes over "
-               "all link directions; thesis_* = Table 7.2.")
+               "all link directions; backbone: the links between transit routers (the centre of the network, "
+               "§4.2: 'network traffic through the center of the network drops with increasing bias'); "
+               "thesis_* = Table 7.2.")
     plt = pyplot()
     links = sorted(link_bytes["linear"])
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 2.4]})
@@ -542,6 +609,177 @@ def table7_2(out, quick, seed, jobs) -> Table:
     return t
 
 
+# ---------------------------------------------------------------- side experiments: why a result differs
+
+SIDE_RATES = [360, 1000, 2000, 3000, 4000, 5000, 6000, 7000]
+SIDE_RATES_QUICK = [2000, 7000]
+
+
+def fig7_4_loss(out, quick, seed, jobs) -> Table:
+    """Fig. 7-4's first cross-over and the loss placement: rpbcast and LBRM
+    below and around the logger's saturation, with the loss on links and
+    at the receivers, and how often rpbcast's first pull goes to a member
+    that lacks what it asks for."""
+    pairs = (("rpbcast", "lbrm"), ("rpbcast, loss at receivers", "lbrm, loss at receivers"))
+    rates = SIDE_RATES_QUICK if quick else SIDE_RATES
+    seeds = seeds_of(seed, 1 if quick else 3)
+    dur = 2.0 if quick else 5.0
+    specs = [((s, r, sd), params(s, seed=sd, duration=dur, total_rate=float(r)),
+              ("pulls",) if s.startswith("rpbcast") else ())
+             for pair in pairs for s in pair for r in rates for sd in seeds]
+    done = run_all(specs, jobs, out)
+    rows = []
+    for rp, lb in pairs:
+        where = "receivers" if "receivers" in rp else "links"
+        for r in rates:
+            a = [done[(rp, r, sd)] for sd in seeds]
+            b = [done[(lb, r, sd)][0] for sd in seeds]
+            la, lb_ = mean([x[0]["lat_all_mean"] for x in a]), mean([x["lat_all_mean"] for x in b])
+            rows.append([where, r, la, lb_, la - lb_, mean([x[1]["pulls"]["pull_fail_frac"] for x in a]),
+                         mean([x[1]["pulls"]["pulls"] for x in a]), mean([x["served_by_loggers"] for x in b]),
+                         mean([x["serve_limited"] for x in b])])
+    t = Table(["loss_on", "rate", "rpbcast_lat", "lbrm_lat", "rpbcast_minus_lbrm", "first_pull_lacking",
+               "pulls", "lbrm_logger_served", "lbrm_serve_limited"], rows,
+              title="Fig. 7-4, side: the LBRM / rpbcast cross-over and where the loss is (1 % end to end)")
+    cross = {w: crossover(rates, [x[3] for x in rows if x[0] == w], [x[2] for x in rows if x[0] == w])
+             for w in ("links", "receivers")}
+    t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]} (the same seeds for both protocols), {dur:g} s of sending.  "
+               "loss on links: every link direction drops each packet with the probability that makes 1 % end to "
+               "end (the set-up of every thesis figure here); on receivers: each receiving host drops 1 % of what "
+               "reaches it.  first_pull_lacking: fraction of rpbcast's immediate pulls whose target lacked an id it "
+               "was asked for at that moment.  Cross-over (LBRM vs rpbcast): links: " + cross["links"]
+               + "; receivers: " + cross["receivers"] + ".")
+    plt = pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    for where, ls in (("links", "-"), ("receivers", "--")):
+        rr = [x for x in rows if x[0] == where]
+        a1.plot(rates, [x[4] * 1e3 for x in rr], ls=ls, marker="o", label=f"loss on {where}")
+        a2.plot(rates, [x[5] * 100 for x in rr], ls=ls, marker="o", label=f"loss on {where}")
+    a1.axhline(0, color="0.5", lw=0.8)
+    a1.set_ylabel("rpbcast - LBRM mean latency (ms)")
+    a2.set_ylabel("rpbcast first pulls to a member lacking an id (%)")
+    for ax in (a1, a2):
+        ax.set_xlabel("send rate, all senders (packets/s)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Fig. 7-4 side: above 0, LBRM is faster (the thesis's low-rate side of the cross-over)")
+    fig.tight_layout()
+    fig.savefig(Path(out) / "plot.png", dpi=85)
+    plt.close(fig)
+    return t
+
+
+PART_SENDERS = [1, 3, 6, 9, 12, 15, 18]
+PART_SENDERS_QUICK = [1, 18]
+
+
+def fig7_6_parts(out, quick, seed, jobs) -> Table:
+    """Fig. 7-6 by part: which of rpbcast's and LBRM's non-repair messages
+    grow with the number of senders, and what the thesis's accounting
+    (one logger ACK per message, §3.2; no logger-GC reports) would give."""
+    seeds = seeds_of(seed, 1 if quick else 2)
+    over = dict(OVERHEAD_END, duration=3.0) if quick else dict(OVERHEAD_END)
+    xs = PART_SENDERS_QUICK if quick else PART_SENDERS
+    series = ("rpbcast", "lbrm")
+    specs = [((s, k, sd), params(s, seed=sd, senders=k, **over), ("frontiers",)) for s in series for k in xs
+             for sd in seeds]
+    done = run_all(specs, jobs, out)
+    rows = []
+    for s in series:
+        for k in xs:
+            rs = [done[(s, k, sd)][0] for sd in seeds]
+            fr = mean([done[(s, k, sd)][1]["frontiers"]["lastseen_bytes"] for sd in seeds])
+            tot = mean([r["overhead_bytes"] for r in rs])
+            logack = mean([r.get("bytes_logack", 0) for r in rs])
+            ack_size = mean([r.get("bytes_logack", 0) / max(r.get("msgs_logack", 0), 1) for r in rs])
+            per_msg = mean([r["published"] for r in rs]) * ack_size
+            hb = mean([r.get("bytes_hblist", 0) + r.get("bytes_heartbeat", 0) for r in rs])
+            sig = 8 * mean([r.get("msgs_gossip", 0) for r in rs])          # the heartbeat signature field
+            rest = tot - logack - fr - hb
+            rows.append([s, k, tot / 1e3, logack / 1e3, mean([r.get("msgs_logack", 0) for r in rs]),
+                         mean([r["published"] for r in rs]), fr / 1e3, hb / 1e3, sig / 1e3, rest / 1e3,
+                         (rest + hb + per_msg) / 1e3])
+    t = Table(["protocol", "senders", "overhead_kB", "logack_kB", "logack_msgs", "published", "frontier_reports_kB",
+               "hb_kB", "hb_signature_field_kB", "rest_kB", "thesis_accounting_kB"], rows,
+              title="Fig. 7-6, side: non-repair overhead by part vs the number of senders (360 packets/s, 1 % loss)")
+    def grow(s, col):
+        i = t.columns.index(col)
+        r = [x for x in rows if x[0] == s]
+        return f"{r[0][i]:.0f} -> {r[-1][i]:.0f} kB"
+    t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}, {over.get('duration', 10):g} s of sending + 2 s.  "
+               "frontier_reports: LASTSEEN sections (one 16-byte entry per stream) members send the logger for "
+               "logger GC from derived ACKs (§5.2; rpbcast only); hb: HBLIST + idle HEARTBEAT messages; "
+               "hb_signature_field: the 8 bytes of heartbeat signature in every gossip (inside rest); rest: "
+               "overhead - logack - frontier reports - hb (rpbcast: gossip rounds, pulls, pings; LBRM: RTX, "
+               "heartbeats); thesis_accounting: rest + hb + one logger ACK per published message (§3.2's logger) "
+               "instead of our cumulative LOGACKs.  Growth from the fewest to the most senders: "
+               + "; ".join(f"{s}: total {grow(s, 'overhead_kB')}, logack {grow(s, 'logack_kB')}, frontier reports "
+                           f"{grow(s, 'frontier_reports_kB')}, rest {grow(s, 'rest_kB')}, thesis accounting "
+                           f"{grow(s, 'thesis_accounting_kB')}" for s in series) + ".")
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, s in zip(axes, series):
+        r = [x for x in rows if x[0] == s]
+        for col, lab in (("overhead_kB", "total (Fig. 7-6)"), ("logack_kB", "LOGACK"),
+                         ("frontier_reports_kB", "frontier reports (§5.2)"), ("hb_kB", "HBLIST + heartbeats"),
+                         ("rest_kB", "rest"), ("thesis_accounting_kB", "thesis's accounting")):
+            i = t.columns.index(col)
+            if s == "lbrm" and col == "frontier_reports_kB":
+                continue
+            ax.plot(xs, [x[i] for x in r], marker="o", ms=3, label=lab,
+                    ls="--" if col == "thesis_accounting_kB" else "-")
+        ax.set_title(s)
+        ax.set_xlabel("senders")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("non-repair overhead (kB)")
+    fig.suptitle("Fig. 7-6 side: what grows with the number of senders")
+    fig.tight_layout()
+    fig.savefig(Path(out) / "plot.png", dpi=85)
+    plt.close(fig)
+    return t
+
+
+def table7_2_repair(out, quick, seed, jobs) -> Table:
+    """Table 7.2 and how repairs are asked for: target selection with the
+    engine's immediate pulls and with pulls only in gossip rounds."""
+    seeds = seeds_of(seed, 1 if quick else 5)
+    over = {"duration": 3.0} if quick else {}
+    variants = {"immediate pulls": "rpbcast", "round pulls": "rpbcast, round pulls"}
+    specs = [((v, sel, sd), params(s, selection=sel, seed=sd, **over), ()) for v, s in variants.items()
+             for sel in SELECTIONS for sd in seeds]
+    done = run_all(specs, jobs, out)
+    rows = []
+    for v in variants:
+        for sel in SELECTIONS:
+            rs = [done[(v, sel, sd)][0] for sd in seeds]
+            rows.append([v, sel, mean([r["lat_all_mean"] for r in rs]), mean([r["lat_all_std"] for r in rs]),
+                         mean([r["lat_all_p99"] for r in rs]), mean([r["lat_all_max"] for r in rs]),
+                         THESIS_TABLE_7_2[sel][0], THESIS_TABLE_7_2[sel][1]])
+    t = Table(["repair", "selection", "lat_all_mean", "lat_all_std", "lat_all_p99", "lat_all_max", "thesis_mean",
+               "thesis_std"], rows, title="Table 7.2, side: selection with immediate pulls and with round pulls")
+    t.notes = (f"Mean over seeds {seeds[0]}..{seeds[-1]}; 1 % loss on links, 360 packets/s.  round pulls: no immediate "
+               "negative gossip, a member asks only in its gossip rounds (immediate_nack = False).")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    w = 0.25
+    for i, v in enumerate(list(variants) + ["thesis"]):
+        if v == "thesis":
+            ys = [THESIS_TABLE_7_2[sel][0] * 1e3 for sel in SELECTIONS]
+        else:
+            ys = [x[2] * 1e3 for x in rows if x[0] == v]
+        ax.bar([k + (i - 1) * w for k in range(len(SELECTIONS))], ys, w, label=v)
+    ax.set_xticks(range(len(SELECTIONS)))
+    ax.set_xticklabels(SELECTIONS)
+    ax.set_ylabel("mean delivery latency to all (ms)")
+    ax.set_title("Table 7.2 side: selection matters only when repairs wait for rounds")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(Path(out) / "plot.png", dpi=85)
+    plt.close(fig)
+    return t
+
+
 EXPERIMENTS = {
     "fig7-2": Experiment(fig7_2, "thesis Fig. 7-2: retransmissions per node, rpbcast vs LBRM vs pbcast"),
     "fig7-3": Experiment(fig7_3, "thesis Fig. 7-3: traffic per link (LBRM's logger links)"),
@@ -550,4 +788,7 @@ EXPERIMENTS = {
     "fig7-6": Experiment(fig7_6, "thesis Fig. 7-6: non-repair overhead vs number of senders"),
     "fig7-7": Experiment(fig7_7, "thesis Fig. 7-7: non-repair overhead vs loss rate 0.1-5 %"),
     "table7-2": Experiment(table7_2, "thesis Table 7.2 / Fig. 7-8: uniform vs linear vs quadratic selection"),
+    "fig7-4-loss": Experiment(fig7_4_loss, "thesis Fig. 7-4, why: the LBRM/rpbcast cross-over and where the loss is"),
+    "fig7-6-parts": Experiment(fig7_6_parts, "thesis Fig. 7-6, why: overhead by part vs the number of senders"),
+    "table7-2-repair": Experiment(table7_2_repair, "thesis Table 7.2, why: selection with immediate and round pulls"),
 }

@@ -22,8 +22,8 @@ from rpbcast.protocol.gsgc.layers import (CTRL, FLAT, L_MAX, L_UNKNOWN, LAYER_NA
                                           diffusion_steps, k_threshold, view_hash)
 from rpbcast.protocol.gsgc.search import OnlineSearch, Window, find_window, window_search
 from rpbcast.protocol.gsgc.sections import CTL_GLOBAL_S, SEC_GSGC
-from rpbcast.protocol.gsgc.zones import zone_of, zones_by_rtt
+from rpbcast.protocol.gsgc.zones import zone_of, zones_by_proximity, zones_by_rtt
 
 __all__ = ["ADMISSIONS", "CTL_GLOBAL_S", "CTRL", "FLAT", "GsgcConfig", "GsgcExtension", "LAYER_NAMES",
            "LOCAL", "L_MAX", "L_UNKNOWN", "Layer", "OnlineSearch", "SEC_GSGC", "Window", "diffusion_steps",
-           "find_window", "k_threshold", "view_hash", "window_search", "zone_of", "zones_by_rtt"]
+           "find_window", "k_threshold", "view_hash", "window_search", "zone_of", "zones_by_proximity", "zones_by_rtt"]

@@ -29,11 +29,14 @@ class GsgcConfig:
     multicast_delay: Optional[float] = None    # suppression delay bound; None: step / 4
     age_limit: Optional[int] = None  # engine gc_limit while GSGC runs; None: auto; 0: leave it
     newcomer: Optional[bool] = None  # start with L "unknown" (joining / restarted); None: engine cfg.join
+    failure_detection: bool = True  # False: stability detection alone (no LIVE arrays, nobody declared
+                                    # failed), as the paper simulates it (§4)
     # local gossip (§5)
     zones: object = None            # None (flat) | "subnet" | {node_id: zone} | callable(Member)
     subnet_prefix: int = 24
     controllers: int = 2            # G stability controllers per local group
     b2: Optional[int] = None        # sub-group size among controllers; None: b
+    step2: Optional[float] = None   # the controllers' step interval (s); None: step (needs step)
     # adaptive step (§4.3); needs step set (own timer), flat layer only
     adaptive: Optional[dict] = None  # OnlineSearch kwargs (a0, b0, g, e, p, ...)
 
@@ -52,6 +55,10 @@ class GsgcConfig:
             raise ValueError(f"K must be in 1..{L_MAX} (LIVE counters are one byte)")
         if self.controllers < 1:
             raise ValueError("controllers (G) must be at least 1")
+        if self.step2 is not None and (self.step is None or self.step2 <= 0):
+            raise ValueError("step2 must be a positive number of seconds, and needs step= as well")
+        if self.step2 is not None and self.zones is None:
+            raise ValueError("step2 is the controllers' step: it needs zones (local gossip)")
         if self.adaptive is not None and self.step is None:
             raise ValueError("adaptive needs step= (the extension's own step timer)")
         if self.adaptive is not None and self.zones is not None:

@@ -33,7 +33,7 @@ class Exchange:
         zm = self._zone_members()
         out = []
         now = self.ctx.now
-        horizon = 4 * layer.K * self._step_len()
+        horizon = 4 * layer.K * self._step_len(layer.kind)
         for i, z in enumerate(layer.keys):
             if i == layer.me or not layer.arr.is_alive(i):
                 continue
@@ -167,7 +167,7 @@ class Exchange:
             if ctl is None or not ctl[3]:
                 return
             layer = self.layers.get(ctl[2])
-            if layer is None or layer.hash != ctl[1]:
+            if layer is None or layer.hash != ctl[1] or not self.cfg.failure_detection:
                 return
             L = wire.read_live(bytes(data))
             if len(L) != layer.n:

@@ -59,6 +59,7 @@ class GsgcExtension(Views, Exchange, Extension):
         self.pending_sends = []                 # [time, layer kind, done]
         self.mcast = None                       # (time, layer kind, round)
         self.next_step = None
+        self.next_step2 = None                  # the controller layer's own step (GsgcConfig.step2)
         self.step_no = 0
         self.last_step_t = 0
         self.members_version = -1
@@ -79,6 +80,7 @@ class GsgcExtension(Views, Exchange, Extension):
             self.rng = random.Random(ctx.rng.getrandbits(64))
         cfg = self.cfg
         self.step_ns = _ns(cfg.step) if cfg.step is not None else None
+        self.step2_ns = _ns(cfg.step2) if cfg.step2 is not None else None
         if cfg.adaptive is not None:
             a = dict(cfg.adaptive)
             self.tuner = OnlineSearch(**a)
@@ -94,12 +96,18 @@ class GsgcExtension(Views, Exchange, Extension):
             ctx.set_gc_limit(int(limit))
         if self.step_ns is not None:
             self.next_step = ctx.now + self.rng.randrange(max(self.step_ns, 1))
+        if self.step2_ns is not None:
+            self.next_step2 = ctx.now + self.rng.randrange(max(self.step2_ns, 1))
 
     @property
     def local(self):
         return self.cfg.zones is not None
 
-    def _step_len(self):
+    def _step_len(self, kind=None):
+        """A layer's step interval (ns): the controller layer's own with
+        step2, else the common one."""
+        if kind == CTRL and self.step2_ns is not None:
+            return self.step2_ns
         return self.step_ns if self.step_ns is not None else self.ctx.gossip_interval_ns
 
     def _zone_of(self, m):
@@ -176,6 +184,8 @@ class GsgcExtension(Views, Exchange, Extension):
         t = []
         if self.next_step is not None:
             t.append(self.next_step)
+        if self.next_step2 is not None:
+            t.append(self.next_step2)
         for s in self.pending_sends:
             if not s[2]:
                 t.append(s[0])
@@ -189,23 +199,33 @@ class GsgcExtension(Views, Exchange, Extension):
 
     def on_timer(self, now):
         if self.next_step is not None and now >= self.next_step:
-            self._step(now, piggyback=False)
+            self._step(now, piggyback=False, ctrl=self.step2_ns is None)
             self.next_step = max(self.next_step + self.step_ns, now + 1)
+        if self.next_step2 is not None and now >= self.next_step2:
+            self._step(now, piggyback=False, ctrl=True, main=False)
+            self.next_step2 = max(self.next_step2 + self.step2_ns, now + 1)
         self._send_due(now)
         if self.mcast is not None and now >= self.mcast[0]:
             self._multicast(now)
 
-    def _step(self, now, piggyback):
-        self.step_no += 1
+    def _step(self, now, piggyback, ctrl=True, main=True):
+        """One step of the layers: the flat or local layer when ``main``,
+        the controller layer when ``ctrl`` (with step2 it has a timer of
+        its own: the paper's controllers step at their own interval, §5)."""
+        if main:
+            self.step_no += 1
         self._discover_streams(now)
         self._sync_views(now)
         if not self.layers:
-            self.last_step_t = now
+            if main:
+                self.last_step_t = now
             return
-        for kind in sorted(self.layers):
+        kinds = [k for k in sorted(self.layers) if (ctrl if k == CTRL else main)]
+        for kind in kinds:
             layer = self.layers.get(kind)
             if layer is None:
                 continue
+            layer.steps += 1
             self._refresh_R(layer)
             layer.arr.fd_step()
             if kind != CTRL:
@@ -214,17 +234,20 @@ class GsgcExtension(Views, Exchange, Extension):
             self._fd_eval(layer, now)
             self._after_merge(layer, layer.arr.check(), now)
             layer.used = set()
-        self.last_step_t = now
-        if self.local:
-            self._sync_views(now)               # controller role may have moved
-        self._adaptive_tick(now)
-        # schedule this step's sends (b per layer, scattered inside the step)
-        step = self._step_len()
-        self.pending_sends = [s for s in self.pending_sends if not s[2] and s[0] >= now - step]
+        if main:
+            self.last_step_t = now
+            if self.local:
+                self._sync_views(now)           # controller role may have moved
+            self._adaptive_tick(now)
+        # schedule this step's sends (b per layer, scattered inside its step)
+        self.pending_sends = [s for s in self.pending_sends
+                              if not s[2] and s[0] >= now - self._step_len(s[1])]
         if self._active():
-            for kind, layer in self.layers.items():
-                if now < layer.quiet_until:
+            for kind in kinds:
+                layer = self.layers.get(kind)
+                if layer is None or now < layer.quiet_until:
                     continue
+                step = self._step_len(kind)
                 b = self.cfg.b if kind != CTRL else (self.cfg.b2 or self.cfg.b)
                 for k in range(b):
                     t = now if (piggyback and k == 0 and kind != CTRL) else now + self.rng.randrange(max(step, 1))
@@ -310,22 +333,31 @@ class GsgcExtension(Views, Exchange, Extension):
             layer.last_round = new
             if new == old + 1:
                 layer.tpr.append((now - layer.round_t) / NS)
-                layer.steps_per_round.append(self.step_no - layer.round_step)
+                layer.steps_per_round.append(layer.steps - layer.round_step)
                 if layer.kind == FLAT and self.tuner is not None and self._is_leader(layer):
                     x = self.tuner.observe((now - layer.round_t) / NS, now)
                     if x is not None:
                         self._set_step(x)
             layer.round_t = now
-            layer.round_step = self.step_no
+            layer.round_step = layer.steps
             if layer.pending is not None:
                 pending = layer.pending
                 layer.pending = layer.pending_hash = None
                 self._switch(layer, pending, now, "round_start")
         if flags & COMPLETED:
             self.stats["completed_" + LAYER_NAMES[layer.kind]] += 1
+            if layer.kind == CTRL and not layer.armed and self.cfg.failure_detection:
+                # Every zone this node counts alive was heard from in the
+                # round just completed here: their live counters can start.
+                # (An adopted round would not do: it may have left out a
+                # zone others declared failed, which zeros would revive.)
+                for i in range(layer.n):
+                    layer.arr.set_L(i, 0)
+                layer.armed = True
+                self.stats["fd_armed"] += 1
             if self.cfg.multicast and layer.kind != LOCAL and self.mcast is None:
                 d = self.cfg.multicast_delay
-                d = _ns(d) if d is not None else self._step_len() // 4
+                d = _ns(d) if d is not None else self._step_len(layer.kind) // 4
                 self.mcast = (now + (self.rng.randrange(d) if d > 0 else 0), layer.kind, arr.round - 1)
         if layer.kind == LOCAL:
             ctrl = self.layers.get(CTRL)

@@ -51,7 +51,7 @@ def k_threshold(n: int, b: int, c: float = 2.0, k_min: int = 6) -> int:
 
 
 class Layer:
-    def __init__(self, kind, keys, self_key, m, now, step_no, unknown_L=False):
+    def __init__(self, kind, keys, self_key, m, now, unknown_L=False):
         self.kind = kind
         self.keys = list(keys)
         self.pos = {k: i for i, k in enumerate(self.keys)}
@@ -66,7 +66,8 @@ class Layer:
                 self.arr.set_L(i, L_UNKNOWN)
         self.completed_before = 0       # rounds completed by earlier arrays (view changes)
         self.round_t = now
-        self.round_step = step_no
+        self.steps = 0                  # steps this layer has taken (its own step interval)
+        self.round_step = 0             # self.steps when the current round started
         self.last_round = self.arr.round
         self.failed = set()
         self.pending = None             # candidate keys waiting for admission

@@ -47,7 +47,7 @@ class Views:
         local = sorted((m.node_id, m.inc) for m in el if self._zone_of(m) == myzone)
         zones = sorted({self._zone_of(m) for m in el}, key=repr)
         out = {LOCAL: (local, (ctx.id, ctx.inc))}
-        if self._is_controller():
+        if self._in_phase2():
             out[CTRL] = (zones, myzone)
         return out
 
@@ -56,6 +56,16 @@ class Views:
         for m in self._eligible():
             z[self._zone_of(m)].append(m.node_id)
         return z
+
+    def _in_phase2(self):
+        """A stability controller gossips among the controllers once its
+        zone has a local stability array (§5: "after the local stability
+        arrays are constructed, the SCs start the second phase").  Before
+        that its R (the zone's S) is empty, and a controller round it
+        started could only conclude S = 0 while loading the links the local
+        rounds need."""
+        lay = self.layers.get(LOCAL)
+        return lay is not None and lay.arr.round >= 1 and self._is_controller()
 
     def _is_controller(self):
         lay = self.layers.get(LOCAL)
@@ -90,9 +100,13 @@ class Views:
                 # A newcomer has heard of nobody yet: its L starts "unknown"
                 # and it declares nothing (and sends no L) until it merged a
                 # live array, or it would revive crashed members everywhere.
+                # A controller layer always starts so: its controllers enter
+                # phase 2 at different times (and replacements later still),
+                # so zeros would be guesses; it arms when a round completes
+                # here (every zone was heard from) or from a peer's live array.
                 newcomer = self.cfg.newcomer if self.cfg.newcomer is not None else bool(ctx.cfg.join)
-                late = newcomer if kind != CTRL else self.step_no > 2
-                layer = Layer(kind, keys, me, len(self.streams), now, self.step_no, unknown_L=late)
+                late = newcomer or kind == CTRL or not self.cfg.failure_detection
+                layer = Layer(kind, keys, me, len(self.streams), now, unknown_L=late)
                 layer.K = self._K(layer)
                 self.layers[kind] = layer
                 self._refresh_R(layer)
@@ -111,10 +125,10 @@ class Views:
             if pol == "execution":
                 self._switch(layer, keys, now, "execution")
                 layer.arr.start_round()
-                layer.quiet_until = now + self._quiet_ns()
+                layer.quiet_until = now + self._quiet_ns(kind)
                 continue
             # admission window
-            if now - layer.round_t <= self._window_ns():
+            if now - layer.round_t <= self._window_ns(kind):
                 self._switch(layer, keys, now, "window")
             else:
                 if base != layer.keys:
@@ -123,15 +137,15 @@ class Views:
                 layer.pending_hash = view_hash(kind, keys)
 
     def _ctrl_ok(self):
-        return (CTRL in self.layers) == self._is_controller()
+        return (CTRL in self.layers) == self._in_phase2()
 
-    def _window_ns(self):
+    def _window_ns(self, kind=None):
         w = self.cfg.admission_window
-        return _ns(w) if w is not None else 2 * self._step_len()
+        return _ns(w) if w is not None else 2 * self._step_len(kind)
 
-    def _quiet_ns(self):
+    def _quiet_ns(self, kind=None):
         q = self.cfg.execution_quiet
-        return _ns(q) if q is not None else 4 * self._step_len()
+        return _ns(q) if q is not None else 4 * self._step_len(kind)
 
     def _switch(self, layer, keys, now, how):
         old = {layer._id(k) for k in layer.keys}
@@ -153,9 +167,9 @@ class Views:
         if self.cfg.k_measured and len(layer.stale) >= 16:
             q = float(np.percentile(np.asarray(layer.stale), 99))
             k = max(k, math.ceil(1.5 * q))
-        k = max(k, self._k_floor())
+        k = max(k, self._k_floor(layer.kind))
         return int(min(L_MAX, k))
 
-    def _k_floor(self):
-        """Steps in fail_after seconds."""
-        return math.ceil(self.cfg.fail_after * NS / max(self._step_len(), 1)) if self.cfg.fail_after else 0
+    def _k_floor(self, kind=None):
+        """Steps (of that layer) in fail_after seconds."""
+        return math.ceil(self.cfg.fail_after * NS / max(self._step_len(kind), 1)) if self.cfg.fail_after else 0
