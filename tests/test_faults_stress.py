@@ -77,8 +77,6 @@ def test_fault_campaign_exactly_once(fault, loggers, tmp_path):
 
 
 @pytest.mark.netns
-@pytest.mark.xfail(strict=True, reason="needs logger catch-up: a restarted receiver far behind never "
-                                       "catches up from the logger (issue 13, the logger side)")
 def test_receiver_killed_at_line_rate_catches_up_from_the_logger(tmp_path):
     # The user's command: one loopback, as fast as it goes, the receiver
     # killed at 1.5 s and restarted 0.2 s later.

@@ -231,10 +231,9 @@ class Tally:
                     t.counts[(s, i)] = z[k].copy()
         return t
 
-    def resume_bases(self):
-        """First seq not yet delivered, per sender."""
-        out = {}
-        for key, arr in self.counts.items():
-            zero = np.nonzero(arr == 0)[0]
-            out[key] = int(zero[0]) if len(zero) else len(arr)
-        return out
+    def delivered_seqs(self):
+        """The seqs delivered, per sender incarnation: what a restarted
+        receiver resumes from (a first-undelivered frontier would deliver the
+        ids above a hole a second time)."""
+        return {key: np.flatnonzero(arr) for key, arr in self.counts.items()}
+

@@ -23,7 +23,7 @@ def run_receiver(spec, cmds, tw_factory):
     tally.semantic = bool(spec.get("semantic"))
     from rpbcast.api import Node
     inline = bool(spec.get("inline"))          # drive the loop from this thread (Node.poll)
-    node = Node(make_config(spec), resume=tally.resume_bases() or None, trace=spec.get("trace_cap", 0),
+    node = Node(make_config(spec), resume=tally.delivered_seqs() or None, trace=spec.get("trace_cap", 0),
                 extensions=extensions(spec), start=not inline)
     tw = tw_factory(node)
     emit(event="ready", id=node.node_id, inc=node.incarnation, addr=node.addr, resumed=len(tally.counts))
