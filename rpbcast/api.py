@@ -133,7 +133,9 @@ class Node:
         inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
         ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
         self.config = cfg
-        self.engine = Engine(ecfg, time.monotonic_ns(), log=log)
+        # time.time_ns(): the MAC nonce counter of a keyed group starts at the
+        # wall clock, beyond every counter an earlier run used (csrc/auth.h)
+        self.engine = Engine(ecfg, time.monotonic_ns(), log=log, mac_counter0=time.time_ns())
         if resume:
             self.engine.resume(resume)
         if trace:

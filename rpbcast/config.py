@@ -137,6 +137,11 @@ class Config:
     drop_rate: float = 0.0                # in-process receive loss (tests without root)
     state_dir: Optional[str] = None       # where a restarted node finds its last incarnation
 
+    # authenticated datagrams (docs/security.md): a key file makes every
+    # datagram carry an AES-128-GMAC and drops every one without a valid MAC.
+    # None: unkeyed (any host that can reach the group's ports is trusted).
+    key_file: Optional[str] = None
+
     def __post_init__(self):
         self.validate()
 
@@ -204,6 +209,10 @@ class Config:
             need(m.role in ROLES, f"member {m.node_id}: role must be one of {ROLES}")
         ids = [m.node_id for m in self.members]
         need(len(ids) == len(set(ids)), "members lists a node_id twice")
+        if self.key_file is not None:
+            need(isinstance(self.key_file, (str, bytes)) or hasattr(self.key_file, "__fspath__"),
+                 f"key_file must be a path, got {self.key_file!r}")
+            read_key_file(self.key_file)
         return self
 
     def replace(self, **kw) -> "Config":
@@ -225,6 +234,48 @@ class Config:
     def from_toml(cls, path) -> "Config":
         data = read_toml(path)
         return cls.from_dict(data.get("rpbcast", data))
+
+
+KEY_LEN = 16      # AES-128 (csrc/auth.h)
+
+
+def read_key_file(path) -> list:
+    """The group keys in a key file: [(key_id, 16-byte key)], the sending
+    key first.  One key per line, ``<id 0..255> <32 hex digits>``; '#'
+    starts a comment.  One key, or two during a roll-over (the node sends
+    under the first and accepts both).  Anything else is a ConfigError
+    naming key_file."""
+    def bad(why):
+        return ConfigError(f"key_file {path}: {why}")
+    try:
+        with open(path, "r", encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from None
+    keys = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise bad(f"line {n}: expected '<key id> <32 hex digits>'")
+        try:
+            kid = int(parts[0], 10)
+            key = bytes.fromhex(parts[1])
+        except ValueError:
+            raise bad(f"line {n}: expected '<key id> <32 hex digits>'") from None
+        if not 0 <= kid <= 255:
+            raise bad(f"line {n}: key id must be 0..255, got {kid}")
+        if len(key) != KEY_LEN:
+            raise bad(f"line {n}: key {kid} must be {KEY_LEN} bytes ({2 * KEY_LEN} hex digits), "
+                      f"got {len(key)}")
+        if any(kid == k for k, _ in keys):
+            raise bad(f"line {n}: key id {kid} appears twice")
+        keys.append((kid, key))
+    if not 1 <= len(keys) <= 2:
+        raise bad(f"needs one key, or two during a roll-over; found {len(keys)}")
+    return keys
 
 
 def read_toml(path) -> dict:
