@@ -208,6 +208,24 @@ class Node:
         lens = np.ascontiguousarray(lens, dtype=np.uint32)
         if labels is not None:
             labels = np.ascontiguousarray(labels, dtype=np.uint64)
+            if len(labels) and (labels == np.uint64(NOLABEL)).any():
+                raise ValueError("label 2**64-1 is reserved (it means no label); nothing was published")
+        # An oversize message ends the batch with an error, not silently:
+        # the messages before it go out, and the error says how many did.
+        if self._closed:
+            raise RuntimeError("this rpbcast Node is closed")
+        room = self.engine.node.max_body
+        need = lens.astype(np.int64) + (8 if labels is not None else 0)
+        big = np.flatnonzero(need > room)
+        if len(big):
+            k = int(big[0])
+            done = self.transport.publish_batch(memoryview(payloads).cast("B"), lens[:k],
+                                                labels[:k] if labels is not None else None) if k else 0
+            if done == k:
+                raise ValueError(f"message {k} is {int(lens[k])} bytes, larger than a datagram can carry "
+                                 f"({room - (8 if labels is not None else 0)} bytes); "
+                                 f"{done} of {len(lens)} messages were published")
+            return done
         return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels)
 
     # ---- receiving ------------------------------------------------------
@@ -407,6 +425,9 @@ class Node:
             except OSError:
                 pass
         self.transport.close()
+        # Drop the transport so its sockets close now (the port is free
+        # again), and every later call says why it cannot work.
+        self.transport = _ClosedTransport()
         if self._dispatcher is not None:
             self._dispatcher.join(timeout=1)
         if self.engine.logger is not None:
@@ -425,6 +446,13 @@ class Node:
                 self.transport.stop()
         except Exception:
             pass
+
+
+class _ClosedTransport:
+    """What a closed Node talks to: every use raises."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("this rpbcast Node is closed")
 
 
 class Logger(Node):

@@ -34,12 +34,17 @@ def build_parser():
 
 def main(argv=None):
     from rpbcast.config import ConfigError
+    from rpbcast.core.logstore import LogError
     args = build_parser().parse_args(argv)
     try:
         rc = args.func(args)
     except ConfigError as e:
         print(f"rpbcast {args.cmd}: configuration error: {e}", file=sys.stderr)
         return 2
+    except LogError as e:
+        # the log cannot be opened, written or read: say so in one line
+        print(f"rpbcast {args.cmd}: log error: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0 if rc is None else int(rc)
 
 
