@@ -25,9 +25,9 @@ sys.path.insert(0, HERE)
 from harness import machine  # noqa: E402
 
 
-def stress(duration, key_file):
+def stress(duration, key_file, rate=0):
     args = [sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet", "--size", "64",
-            "--receivers", "1", "--loggers", "0", "--duration", str(duration)]
+            "--receivers", "1", "--loggers", "0", "--duration", str(duration), "--rate", str(rate)]
     if key_file:
         args += ["--key-file", key_file]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -86,6 +86,13 @@ def main():
         for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
             rates[mode].append(rate_of(stress(a.duration, kf if mode == "on" else None)))
             print(mode, rates[mode][-1], flush=True)
+    lat = {"off": [], "on": []}
+    for rep in range(a.reps):
+        for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+            s = stress(a.duration, kf if mode == "on" else None, rate=10000)
+            lat[mode].append(s["latency_p50"] if s and s.get("exactly_once") else None)
+            print("latency", mode, lat[mode][-1], flush=True)
+    lmed = {m: statistics.median([x for x in v if x is not None]) for m, v in lat.items()}
     rt = {"off": [], "on": []}
     for rep in range(a.reps):
         for mode in ("off", "on"):
@@ -95,6 +102,8 @@ def main():
     res = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "reps": a.reps, "duration": a.duration, "rates": rates, "rate_median": med,
            "ratio_on_off": (med["on"] / med["off"]) if med["on"] and med["off"] else None,
+           "latency_p50_ns_at_10k": lat, "latency_p50_median_ns": lmed,
+           "latency_p50_added_ns": lmed["on"] - lmed["off"],
            "oneway_ns": rt, "oneway_median_ns": rmed, "oneway_added_ns": rmed["on"] - rmed["off"]}
     print(json.dumps(res, indent=1))
     if a.json:
