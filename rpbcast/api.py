@@ -208,8 +208,6 @@ class Node:
         lens = np.ascontiguousarray(lens, dtype=np.uint32)
         if labels is not None:
             labels = np.ascontiguousarray(labels, dtype=np.uint64)
-            if len(labels) and (labels == np.uint64(NOLABEL)).any():
-                raise ValueError("label 2**64-1 is reserved (it means no label); nothing was published")
         # An oversize message ends the batch with an error, not silently:
         # the messages before it go out, and the error says how many did.
         if self._closed:
