@@ -315,7 +315,12 @@ class Node:
 
     def _dispatch(self):
         while not self._closed:
-            m = self.receive(timeout=0.1)
+            try:
+                m = self.receive(timeout=0.1)
+            except RuntimeError:
+                if self._closed:
+                    return          # closed while we waited
+                raise
             if m is None:
                 continue
             for cb in list(self._callbacks):
@@ -423,11 +428,11 @@ class Node:
             except OSError:
                 pass
         self.transport.close()
+        if self._dispatcher is not None:
+            self._dispatcher.join(timeout=1)
         # Drop the transport so its sockets close now (the port is free
         # again), and every later call says why it cannot work.
         self.transport = _ClosedTransport()
-        if self._dispatcher is not None:
-            self._dispatcher.join(timeout=1)
         if self.engine.logger is not None:
             self.engine.logger.log.sync()
             self.engine.logger.log.close()

@@ -189,7 +189,7 @@ class Repair:
         """Our receive frontiers in at most max_bytes; extensions may cap
         them (a logger's frontier is an acknowledgment, §5.2: it reports
         only what a completed sync covers, never records still in its write
-        buffer).  Our own stream first; when the streams do not all fit,
+        buffer).  Our own stream always has room; when the streams do not all fit,
         successive calls take turns through them, so every frontier is
         reported in time and a peer that taught us thousands of streams
         cannot make the section too long to build (issue 14)."""
@@ -198,13 +198,12 @@ class Repair:
             return b""
         node = self.node
         entries = []
-        if node.next_seq:
-            entries.append((self.id, self.inc, node.next_seq))
+        own = 1 if node.next_seq else 0
         ids = list(node.peer_ids())
         n = len(ids)
-        take = min(n, per - len(entries))
+        take = min(n, per - own)
         start = self._lastseen_start % n if n else 0
-        caps = [f() for f in self._frontier_caps] if take > 0 else []
+        caps = [f() for f in self._frontier_caps]
         for k in range(max(take, 0)):
             slot, pid, pinc = ids[(start + k) % n]
             f = node.peer_contiguous(slot)
@@ -214,6 +213,8 @@ class Repair:
             entries.append((pid, pinc, f))
         if 0 < take < n:
             self._lastseen_start = start + take
+        if own:
+            entries.append((self.id, self.inc, node.next_seq))
         return wire.lastseen_section(entries) if entries else b""
 
     def gossip_to(self, target, now, phase, with_lastseen=False, with_missing=True):
