@@ -76,14 +76,14 @@ static int gmac(EVP_CIPHER_CTX *c, const uint8_t *aad, size_t n, uint32_t source
     return 0;
 }
 
-int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len, uint32_t source) {
+int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
     if (len < RP_DG_HDR + RP_AUTH_TRAILER)
         return -1;
     uint8_t *t = buf + len - RP_AUTH_TRAILER;
     uint64_t ctr = a->counter++;
     t[0] = a->id[0];
     rp_st64(t + 1, ctr);
-    if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, source, ctr, t + 9))
+    if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9))
         return -1;
     a->sealed++;
     return 0;

@@ -19,7 +19,9 @@
  * first and accepts either.  Verification runs before the datagram is
  * parsed any further; a bad or missing tag is the AUTH reason.
  * Why GMAC: the fastest well-reviewed MAC in OpenSSL on this hardware
- * (AES-NI + carry-less multiply), bench/bench_auth.c.
+ * (AES-NI + carry-less multiply), bench/bench_auth.c.  Checked under
+ * ASan/UBSan: sealed datagrams verify; any flipped byte, a truncation or
+ * the other key fails.
  */
 #ifndef RP_AUTH_H
 #define RP_AUTH_H
@@ -39,9 +41,9 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
 void rp_auth_free(rp_auth_t *a);
 
 /* Fill the trailer of a finished datagram buf[0, len) whose last
- * RP_AUTH_TRAILER bytes are the reserved room.  source: the datagram's
- * source id (the IV's first half).  Returns 0 or -1. */
-int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len, uint32_t source);
+ * RP_AUTH_TRAILER bytes are the reserved room.  The IV's first half is the
+ * header's source field, as the receiver reads it.  Returns 0 or -1. */
+int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len);
 
 /* Check a received datagram's trailer: 0 if the tag is right under one of
  * the keys, -1 otherwise (no trailer, wrong length, unknown key id, bad

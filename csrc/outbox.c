@@ -44,7 +44,7 @@ static int close_open(rp_outbox_t *o, int k) {
     }
     size_t len = rp_dgb_finish(&o->b[k]);
     o->open[k] = 0;
-    if (len && o->auth && rp_auth_seal(o->auth, o->b[k].buf, len, o->src))
+    if (len && o->auth && rp_auth_seal(o->auth, o->b[k].buf, len))
         len = 0;                    /* never send what could not be sealed */
     if (len == 0) {                 /* nothing in it: nothing to send */
         if (o->boff[k] + o->mtu == o->used)
