@@ -37,6 +37,8 @@ def ext(name):
         include_dirs=["csrc", numpy.get_include()],
         extra_compile_args=[f for f in CFLAGS if f != "-std=gnu11"] + ["-Wno-unused-function"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        # csrc/auth.c: AES-GMAC from OpenSSL's libcrypto (after the core on the link line)
+        extra_link_args=["-lcrypto"],
         # Relink when the core changes (the static library is not tracked).
         depends=CSRC + sorted(glob.glob("csrc/*.h")),
     )

@@ -93,6 +93,8 @@ void rp_node_free(rp_node_t *n) {
     }
     rp_mstore_free(&n->store);
     rp_out_free(&n->out);
+    rp_auth_free(n->auth);
+    n->auth = NULL;
     rp_hmap_free(&n->pindex);
     rp_sigvec_free(&n->hbsig);
     rp_trace_free(&n->trace);
@@ -564,6 +566,13 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
         n->c[RP_C_RX_OWN]++;
         return RP_WR_OK;
     }
+    /* A keyed node trusts nothing it cannot authenticate: the MAC is checked
+     * before the datagram is parsed any further (auth.h). */
+    if (n->auth && (len > n->max_dgram || rp_auth_verify(n->auth, buf, len))) {
+        n->rx_reason[RP_WR_AUTH]++;
+        n->c[RP_C_RX_BAD]++;
+        return RP_WR_AUTH;
+    }
     int r = rp_wire_parse(buf, len, n->max_dgram, &h, n->mv, RP_WIRE_MAX_MSGS);
     if (RP_UNLIKELY(r != RP_WR_OK)) {
         n->rx_reason[r]++;
@@ -602,12 +611,29 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
     return RP_WR_OK;
 }
 
+int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int nkeys,
+                     uint64_t counter0) {
+    rp_auth_t *a = NULL;
+    if (nkeys) {
+        a = rp_auth_new(ids, keys, nkeys, counter0);
+        if (!a)
+            return RP_EINVAL;
+    }
+    /* Datagrams already open were sized for the old trailer: close them. */
+    rp_out_flush(&n->out);
+    rp_auth_free(n->auth);
+    n->auth = a;
+    n->out.auth = a;
+    n->out.mac_room = a ? RP_AUTH_TRAILER : 0;
+    return RP_OK;
+}
+
 /* ---- send -------------------------------------------------------------- */
 
 int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
                         int64_t now) {
     size_t body = len + (label != RP_SRB_NOLABEL ? 8 : 0);
-    if (body + RP_DG_HDR + RP_MSG_HDR > n->out.mtu)
+    if (body > rp_out_max_body(&n->out))
         return RP_EINVAL;
     if (n->srbw && !rp_srbw_can_send(n->srbw))
         return RP_EFULL;

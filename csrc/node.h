@@ -179,6 +179,9 @@ typedef struct {
      * messages are not queued for delivery (consumers read only the table) */
     uint8_t conflate;
     rp_conflate_t latest;
+    /* keyed group (auth.h): datagrams without a valid MAC are dropped (AUTH)
+     * before anything else is parsed; NULL = unkeyed, today's behaviour */
+    rp_auth_t *auth;
 } rp_node_t;
 
 typedef struct {
@@ -221,6 +224,13 @@ int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, i
  * would never learn it exists, while one that has it could not tell.
  * Returns the streams newly marked. */
 uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns);
+
+/* Key the node (ids[k], keys[k * 16 ..]; k = 0 is the sending key), or
+ * unkey it with nkeys = 0.  counter0: the first GMAC nonce counter (auth.h).
+ * Every datagram sent from now on carries a MAC; every datagram received
+ * must.  Returns RP_OK or RP_EINVAL. */
+int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int nkeys,
+                     uint64_t counter0);
 
 RP_INLINE void rp_node_ctl_clear(rp_node_t *n) { n->nctl = 0; }
 

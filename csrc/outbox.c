@@ -44,6 +44,8 @@ static int close_open(rp_outbox_t *o, int k) {
     }
     size_t len = rp_dgb_finish(&o->b[k]);
     o->open[k] = 0;
+    if (len && o->auth && rp_auth_seal(o->auth, o->b[k].buf, len))
+        len = 0;                    /* never send what could not be sealed */
     if (len == 0) {                 /* nothing in it: nothing to send */
         if (o->boff[k] + o->mtu == o->used)
             o->used = o->boff[k];
@@ -88,6 +90,7 @@ static int open_new(rp_outbox_t *o, int k, uint64_t dest) {
     o->boff[k] = o->used;
     o->used += o->mtu;
     rp_dgb_begin(&o->b[k], o->buf + o->boff[k], o->mtu, o->group, o->src, o->src_inc, o->dseq++);
+    o->b[k].mac_len = (uint16_t)o->mac_room;
     o->bdest[k] = dest;
     o->open[k] = 1;
     return RP_OK;
@@ -95,7 +98,7 @@ static int open_new(rp_outbox_t *o, int k, uint64_t dest) {
 
 uint8_t *rp_out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
                     uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len) {
-    if (body_len + RP_DG_HDR + RP_MSG_HDR > o->mtu)
+    if (body_len > rp_out_max_body(o))
         return NULL;
     int k = dest == RP_DEST_MCAST ? 0 : 1;
     if (o->open[k] && o->bdest[k] != dest) {

@@ -13,6 +13,7 @@
 #ifndef RP_OUTBOX_H
 #define RP_OUTBOX_H
 
+#include "auth.h"
 #include "wire.h"
 
 #define RP_DEST_MCAST UINT64_MAX
@@ -37,11 +38,20 @@ typedef struct {
     uint64_t bdest[2];
     int open[2];
     uint64_t n_dgrams, n_bytes;
+    /* keyed group: every datagram gets a MAC trailer (auth.h), sealed when
+     * it is closed, so nothing leaves the outbox unauthenticated */
+    rp_auth_t *auth;           /* owned by the node */
+    uint32_t mac_room;         /* trailer bytes reserved per datagram (0 unkeyed) */
 } rp_outbox_t;
 
 int  rp_out_init(rp_outbox_t *o, uint32_t mtu, uint32_t group, uint32_t src, uint32_t src_inc,
                  size_t cap);
 void rp_out_free(rp_outbox_t *o);
+
+/* Largest body one message can have in a datagram of this outbox. */
+RP_INLINE size_t rp_out_max_body(const rp_outbox_t *o) {
+    return (size_t)o->mtu - RP_DG_HDR - RP_MSG_HDR - o->mac_room;
+}
 
 /* Reserve a message of body_len bytes towards dest; returns where to write
  * the body, or NULL if body_len cannot fit any datagram (or memory fails). */

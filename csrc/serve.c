@@ -432,7 +432,7 @@ int rp_node_serve_missing(rp_node_t *n, const uint8_t *body, size_t len, uint64_
     if (check_framing(body, len) < 0)
         return RP_EINVAL;
     body_t b = {.n = n, .dest = dest, .peers = peers, .own = own, .now = now};
-    int64_t budget = (int64_t)n->out.mtu - RP_DG_HDR - RP_MSG_HDR - RP_SEC_HDR - 8;
+    int64_t budget = (int64_t)rp_out_max_body(&n->out) - RP_SEC_HDR - 8;
     b.budget = budget > 0 ? (size_t)budget : 0;
     if (rp_iset_init(&b.gc, 8, 0) || rp_iset_init(&b.left, 8, 0)) {
         rp_iset_free(&b.gc);

@@ -183,8 +183,10 @@ class Node:
         inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
         ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
         self.config = cfg
+        # mac_counter0, the wall clock: a keyed group's MAC nonce counter starts
+        # beyond every counter an earlier run used (csrc/auth.h)
         self._t_start = time.monotonic_ns()
-        self.engine = Engine(ecfg, self._t_start, log=log)
+        self.engine = Engine(ecfg, self._t_start, log=log, mac_counter0=time.time_ns())
         if resume:
             self.engine.resume(resume)
         if trace:
@@ -275,6 +277,22 @@ class Node:
             labels = np.ascontiguousarray(labels, dtype=np.uint64)
             if self._atomic is not None and (labels == np.uint64(ATOMIC_LABEL)).any():
                 raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
+        # An oversize message ends the batch with an error, not silently:
+        # the messages before it go out, and the error says how many did.
+        if self._closed:
+            raise RuntimeError("this rpbcast Node is closed")
+        room = self.engine.node.max_body
+        need = lens.astype(np.int64) + (8 if labels is not None else 0)
+        big = np.flatnonzero(need > room)
+        if len(big):
+            k = int(big[0])
+            done = self.transport.publish_batch(memoryview(payloads).cast("B"), lens[:k],
+                                                labels[:k] if labels is not None else None) if k else 0
+            if done == k:
+                raise ValueError(f"message {k} is {int(lens[k])} bytes, larger than a datagram can carry "
+                                 f"({room - (8 if labels is not None else 0)} bytes); "
+                                 f"{done} of {len(lens)} messages were published")
+            return done
         return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels)
 
     # ---- draining: what flow control still waits for --------------------
@@ -468,7 +486,12 @@ class Node:
 
     def _dispatch(self):
         while not self._closed:
-            m = self.receive(timeout=0.1)
+            try:
+                m = self.receive(timeout=0.1)
+            except RuntimeError:
+                if self._closed:
+                    return          # closed while we waited
+                raise
             if m is None:
                 continue
             for cb in list(self._callbacks):
@@ -815,6 +838,9 @@ class Node:
         self.transport.close()
         if self._dispatcher is not None:
             self._dispatcher.join(timeout=1)
+        # Drop the transport so its sockets close now (the port is free
+        # again), and every later call says why it cannot work.
+        self.transport = _ClosedTransport()
         if self.engine.logger is not None:
             self.engine.logger.log.sync()
             self.engine.logger.log.close()
@@ -858,6 +884,13 @@ def _reach_warnings(cfg: Config) -> List[str]:
         return reach_warnings(cfg)
     except (OSError, ValueError):       # a host we cannot inspect: no warning rather than no node
         return []
+
+
+class _ClosedTransport:
+    """What a closed Node talks to: every use raises."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("this rpbcast Node is closed")
 
 
 class Logger(Node):

@@ -164,6 +164,11 @@ class Config:
     drop_rate: float = 0.0                # in-process receive loss (tests without root)
     state_dir: Optional[str] = None       # where a restarted node finds its last incarnation
 
+    # authenticated datagrams (docs/security.md): a key file makes every
+    # datagram carry an AES-128-GMAC and drops every one without a valid MAC.
+    # None: unkeyed (any host that can reach the group's ports is trusted).
+    key_file: Optional[str] = None
+
     def __post_init__(self):
         self.validate()
 
@@ -173,6 +178,25 @@ class Config:
             if not cond:
                 raise ConfigError(msg)
 
+        # Types first, so a wrong one is a ConfigError naming the key rather
+        # than a TypeError from a comparison (or from deep inside the core).
+        for name in _INT_FIELDS:
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool),
+                 f"{name} must be an integer, got {v!r}")
+        for name in _NUMBER_FIELDS:
+            v = getattr(self, name)
+            need(isinstance(v, (int, float)) and not isinstance(v, bool),
+                 f"{name} must be a number, got {v!r}")
+        need(isinstance(self.members, (list, tuple)), f"members must be a list, got {self.members!r}")
+        for m in self.members:
+            need(isinstance(m, MemberSpec), f"members must be MemberSpec entries, got {m!r}")
+            need(isinstance(m.node_id, int) and not isinstance(m.node_id, bool) and 0 < m.node_id < 2**32 - 2,
+                 f"members: node_id must be an integer in 1..2**32-3, got {m.node_id!r}")
+            need(isinstance(m.rank, int) and not isinstance(m.rank, bool) and -1 <= m.rank < 2**32,
+                 f"member {m.node_id}: rank must be an integer (-1 = by order), got {m.rank!r}")
+            need(isinstance(m.addr, (str, int)) and not isinstance(m.addr, bool),
+                 f"member {m.node_id}: addr must be 'a.b.c.d:port', got {m.addr!r}")
         need(isinstance(self.group, int) and 0 <= self.group < 2**32,
              f"group must be an integer in 0..2**32-1, got {self.group!r}")
         need(isinstance(self.node_id, int) and 0 < self.node_id < 2**32 - 2,
@@ -236,6 +260,10 @@ class Config:
             need(m.role in ROLES, f"member {m.node_id}: role must be one of {ROLES}")
         ids = [m.node_id for m in self.members]
         need(len(ids) == len(set(ids)), "members lists a node_id twice")
+        if self.key_file is not None:
+            need(isinstance(self.key_file, (str, bytes)) or hasattr(self.key_file, "__fspath__"),
+                 f"key_file must be a path, got {self.key_file!r}")
+            read_key_file(self.key_file)
         return self
 
     def _validate_atomic(self, need):
@@ -269,13 +297,78 @@ class Config:
         if unknown:
             raise ConfigError(f"unknown configuration keys: {', '.join(unknown)}")
         if "members" in d:
-            d["members"] = [m if isinstance(m, MemberSpec) else MemberSpec(**m) for m in d["members"]]
+            d["members"] = [_member_spec(m) for m in d["members"]]
         return cls(**d)
 
     @classmethod
     def from_toml(cls, path) -> "Config":
         data = read_toml(path)
         return cls.from_dict(data.get("rpbcast", data))
+
+
+_INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
+               "nack_sender_max", "max_scan", "sponsors", "ack_loggers", "srb_window", "srb_f",
+               "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl")
+_NUMBER_FIELDS = ("repair_rate", "repair_burst", "drop_rate", "log_min_keep")
+
+
+def _member_spec(m) -> MemberSpec:
+    """A members entry of a TOML file or dict as a MemberSpec."""
+    if isinstance(m, MemberSpec):
+        return m
+    if not isinstance(m, dict):
+        raise ConfigError(f"members: each entry must be a table with node_id and addr, got {m!r}")
+    known = {f.name for f in dataclasses.fields(MemberSpec)}
+    unknown = sorted(set(m) - known)
+    if unknown:
+        raise ConfigError(f"members: unknown key(s) {', '.join(unknown)} in {m!r} "
+                          f"(known: {', '.join(sorted(known))})")
+    missing = [k for k in ("node_id", "addr") if k not in m]
+    if missing:
+        raise ConfigError(f"members: entry {m!r} lacks {', '.join(missing)}")
+    return MemberSpec(**m)
+
+
+KEY_LEN = 16      # AES-128 (csrc/auth.h)
+
+
+def read_key_file(path) -> list:
+    """The group keys in a key file: [(key_id, 16-byte key)], the sending
+    key first.  One key per line, ``<id 0..255> <32 hex digits>``; '#'
+    starts a comment.  One key, or two during a roll-over (the node sends
+    under the first and accepts both).  Anything else is a ConfigError
+    naming key_file."""
+    def bad(why):
+        return ConfigError(f"key_file {path}: {why}")
+    try:
+        with open(path, "r", encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from None
+    keys = []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise bad(f"line {n}: expected '<key id> <32 hex digits>'")
+        try:
+            kid = int(parts[0], 10)
+            key = bytes.fromhex(parts[1])
+        except ValueError:
+            raise bad(f"line {n}: expected '<key id> <32 hex digits>'") from None
+        if not 0 <= kid <= 255:
+            raise bad(f"line {n}: key id must be 0..255, got {kid}")
+        if len(key) != KEY_LEN:
+            raise bad(f"line {n}: key {kid} must be {KEY_LEN} bytes ({2 * KEY_LEN} hex digits), "
+                      f"got {len(key)}")
+        if any(kid == k for k, _ in keys):
+            raise bad(f"line {n}: key id {kid} appears twice")
+        keys.append((kid, key))
+    if not 1 <= len(keys) <= 2:
+        raise bad(f"needs one key, or two during a roll-over; found {len(keys)}")
+    return keys
 
 
 def read_toml(path) -> dict:

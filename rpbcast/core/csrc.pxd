@@ -334,6 +334,7 @@ cdef extern from "outbox.h" nogil:
     uint8_t *rp_out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
                         uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len)
     size_t rp_out_room(const rp_outbox_t *o, uint64_t dest)
+    size_t rp_out_max_body(const rp_outbox_t *o)
     void rp_out_flush(rp_outbox_t *o)
     void rp_out_clear(rp_outbox_t *o)
     void rp_out_consume(rp_outbox_t *o, size_t k)
@@ -443,6 +444,10 @@ cdef extern from "conflate.h" nogil:
     int64_t rp_conflate_find(const rp_conflate_t *c, uint32_t sender, uint64_t label)
 
 
+cdef extern from "auth.h" nogil:
+    int RP_AUTH_TRAILER
+    int RP_AUTH_KEY_LEN
+
 cdef extern from "node.h" nogil:
     uint32_t RP_SELF_SLOT
     uint32_t RP_NO_SLOT
@@ -478,8 +483,11 @@ cdef extern from "node.h" nogil:
         uint32_t source, source_inc
         uint16_t len
         uint8_t type, flags
+    ctypedef struct rp_auth_t:
+        pass
     ctypedef struct rp_node_t:
         uint32_t group, id, inc
+        rp_auth_t *auth
         uint8_t deliver_own, fifo, is_logger, tracing, no_deliver, hold_send
         uint64_t srb_w
         size_t max_dgram
@@ -512,6 +520,8 @@ cdef extern from "node.h" nogil:
         uint32_t max_scan
         uint8_t deliver_own, fifo, is_logger, no_deliver
     int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
+    int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int nkeys,
+                         uint64_t counter0)
     void rp_node_free(rp_node_t *n)
     uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc)
     int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base)

@@ -128,6 +128,30 @@ cdef class Node:
     def mtu(self):
         return self.n.out.mtu
 
+    @property
+    def max_body(self):
+        """Largest message body one datagram can carry (the MTU less the
+        headers and, in a keyed group, the MAC trailer)."""
+        return rp_out_max_body(&self.n.out)
+
+    @property
+    def keyed(self):
+        return self.n.auth != NULL
+
+    def set_auth(self, keys, uint64_t counter0):
+        """Key this node: keys is [(key_id, 16-byte key)], the first the
+        sending key, at most two (a roll-over); [] unkeys it.  From now on
+        every datagram sent carries an AES-128-GMAC trailer and every
+        datagram received without a valid one is dropped (reason "auth").
+        counter0: the first nonce counter (csrc/auth.h: the wall clock in ns)."""
+        cdef bytes ids = bytes(int(k) for k, _ in keys)
+        cdef bytes mat = b"".join(bytes(v) for _, v in keys)
+        if len(keys) > 2 or len(mat) != RP_AUTH_KEY_LEN * len(keys):
+            raise ValueError("one or two keys of 16 bytes each")
+        if rp_node_set_auth(&self.n, <const uint8_t *>ids if keys else NULL,
+                            <const uint8_t *>mat if keys else NULL, len(keys), counter0) != RP_OK:
+            raise ValueError("the crypto library refused the keys (or two keys share an id)")
+
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
         self.log = log

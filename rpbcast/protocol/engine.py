@@ -34,12 +34,14 @@ composition may also state its parts' earliest deadline as one function
 from __future__ import annotations
 
 import collections
+import copy
 import random
 
 import numpy as np
 from typing import List, NamedTuple, Optional, Tuple
 
-from rpbcast.config import Config
+from rpbcast.config import Config, read_key_file
+from rpbcast.core import wire
 from rpbcast.core.node import NOLABEL, Node
 from rpbcast.protocol import send_buffer
 from rpbcast.protocol.extension import Context, Hooks
@@ -84,7 +86,8 @@ class Engine:
 
     protocol = "rpbcast"
 
-    def __init__(self, config: Config, now: int, rng: Optional[random.Random] = None, log=None):
+    def __init__(self, config: Config, now: int, rng: Optional[random.Random] = None, log=None,
+                 mac_counter0: Optional[int] = None):
         cfg = config.validate()
         self._check_config(cfg)
         self.cfg = cfg
@@ -97,6 +100,8 @@ class Engine:
                          srb_w=cfg.srb_window, max_scan=cfg.max_scan,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger)
+        if cfg.key_file is not None:
+            cfg = self._key(cfg, now if mac_counter0 is None else mac_counter0)
         if cfg.repair_rate:
             self.node.set_rate_limit(cfg.repair_rate, cfg.repair_burst)
         self.events = collections.deque()
@@ -122,6 +127,18 @@ class Engine:
         self._rewire()
         for x in extensions:
             self.add_extension(x)
+
+    def _key(self, cfg: Config, counter0: int) -> Config:
+        """A keyed group (docs/security.md): every datagram this node sends
+        carries a MAC, every one it receives must.  counter0 starts the MAC's
+        nonce counter; a driver on a real network passes the wall clock in
+        ns (csrc/auth.h says why).  The parts size their messages by
+        cfg.mtu, so they see the MTU less the trailer."""
+        self.node.set_auth(read_key_file(cfg.key_file), counter0)
+        parts_cfg = copy.copy(cfg)
+        parts_cfg.mtu = self.node.max_body + wire.DG_HDR + wire.MSG_HDR
+        self.cfg = parts_cfg
+        return parts_cfg
 
     def _check_config(self, cfg: Config):
         """Refuse a configuration this protocol cannot run, before anything is built."""

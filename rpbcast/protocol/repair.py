@@ -54,6 +54,10 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * NS))
 
 
+_SEC_HDR = 4               # u8 kind, u8 flags, u16 length (csrc/wire.h RP_SEC_HDR)
+_LASTSEEN_ENTRY = 16       # u32 sender, u32 inc, u64 next
+
+
 class Repair:
     def __init__(self, engine, now):
         cfg = engine.cfg
@@ -91,6 +95,7 @@ class Repair:
         self._rtx_budget = cfg.mtu - wire.DG_HDR - wire.MSG_HDR - SEC_BUDGET_SLACK
         self.gossip_seq = 0
         self._start_slot = 0
+        self._lastseen_start = 0          # where the next LASTSEEN section starts when not all fit
         self._next_hist = {}
         # The pulls run inside the repair timers (between the round and the
         # logger phase) and are what a received batch may start.
@@ -214,20 +219,35 @@ class Repair:
                 left -= hi - lo + 1
         return node.missing_digest(slot, phase, space, frm, upto)
 
-    def lastseen_section(self):
-        """Our receive frontiers; extensions may cap them (a logger's
-        frontier is an acknowledgment, §5.2: it reports only what a
-        completed sync covers, never records still in its write buffer)."""
+    def lastseen_section(self, max_bytes: int = 65535):
+        """Our receive frontiers in at most max_bytes; extensions may cap
+        them (a logger's frontier is an acknowledgment, §5.2: it reports
+        only what a completed sync covers, never records still in its write
+        buffer).  Our own stream always has room; when the streams do not all fit,
+        successive calls take turns through them, so every frontier is
+        reported in time and a peer that taught us thousands of streams
+        cannot make the section too long to build (issue 14)."""
+        per = (min(max_bytes, 65535) - _SEC_HDR) // _LASTSEEN_ENTRY
+        if per <= 0:
+            return b""
         node = self.node
         entries = []
+        own = 1 if node.next_seq else 0
+        ids = list(node.peer_ids())
+        n = len(ids)
+        take = min(n, per - own)
+        start = self._lastseen_start % n if n else 0
         caps = [f() for f in self._frontier_caps]
-        for slot, pid, pinc in node.peer_ids():
+        for k in range(max(take, 0)):
+            slot, pid, pinc = ids[(start + k) % n]
             f = node.peer_contiguous(slot)
             for cap in caps:
                 if cap is not None:
                     f = min(f, cap.get(slot, 0))
             entries.append((pid, pinc, f))
-        if node.next_seq:
+        if 0 < take < n:
+            self._lastseen_start = start + take
+        if own:
             entries.append((self.id, self.inc, node.next_seq))
         return wire.lastseen_section(entries) if entries else b""
 
@@ -235,7 +255,7 @@ class Repair:
         budget = self.gossip_budget
         extra = []
         if with_lastseen or target.is_logger or self.hooks.gossip_frontiers:
-            ls = self.lastseen_section()
+            ls = self.lastseen_section(budget // 2 - 1)
             if ls and len(ls) < budget // 2:
                 extra.append(ls)
                 budget -= len(ls)

@@ -36,6 +36,7 @@ def build_parser():
 
 def main(argv=None):
     from rpbcast.config import ConfigError
+    from rpbcast.core.logstore import LogError
     args = build_parser().parse_args(argv)
     _log_warnings_to_stderr(args.cmd)
     try:
@@ -48,6 +49,10 @@ def main(argv=None):
         # and Python must not report it again when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except LogError as e:
+        # the log cannot be opened, written or read: say so in one line
+        print(f"rpbcast {args.cmd}: log error: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0 if rc is None else int(rc)
 
 

@@ -109,6 +109,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         cfg.update(interface=HostNet.DEV, ttl=1)
     if role == "receiver" and args.busy_poll:
         cfg["busy_poll"] = True
+    if getattr(args, "key_file", None):
+        cfg["key_file"] = os.path.abspath(args.key_file)     # a keyed group (docs/security.md)
     if role == "logger":
         cfg["log_dir"] = os.path.join(plan.work, f"log{i}")
         cfg["fsync"] = "interval"
