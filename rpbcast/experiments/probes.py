@@ -33,17 +33,19 @@ class PullOutcomes:
             pulls = getattr(repair, "pulls", None)
             if pulls is None:
                 continue
-            for name in ("pull", "retry"):
-                setattr(pulls, name, self._wrap(repair, getattr(pulls, name), name))
+            pulls.pull = self._wrap(repair, pulls.pull)
 
-    def _wrap(self, repair, orig, kind):
-        def call(now):
+    def _wrap(self, repair, orig):
+        # A pull after a stall goes to any peer (anyone=True): that is the
+        # retry; the others are pulls of new gaps and window refills.
+        def call(now, anyone=False):
+            kind = "retry" if anyone else "pull"
             sent = []
             send = repair.send_gossip
             repair.send_gossip = lambda target, secs, now_, nids=0: (sent.append((target, secs)),
                                                                       send(target, secs, now_, nids))
             try:
-                orig(now)
+                orig(now, anyone)
             finally:
                 del repair.send_gossip          # the class's method again
             for target, secs in sent:
@@ -102,8 +104,8 @@ class FrontierReports:
                 repair.lastseen_section = self._wrap(repair.lastseen_section)
 
     def _wrap(self, orig):
-        def call():
-            sec = orig()
+        def call(*args, **kw):
+            sec = orig(*args, **kw)
             if sec:
                 self.bytes += len(sec)
                 self.sections += 1
