@@ -4,8 +4,10 @@ pyspark's own `spark-class` (master and one worker on 127.0.0.1 only).
     python bench/analyze_standalone.py RUN_DIR [--runs 4] [--worker-memory 4g]
         [--baseline /work/main] [--json out.json]
 
-Starts the master and a worker (the worker with Spark's defaults: every
-core and all memory but 1 GB, unless --worker-memory), then runs
+Starts the master (its status page on Spark's default port 8080, or the
+next free one up to 8083, where `rpbcast analyze` reads what the cluster
+offers) and a worker (with Spark's defaults: every core and all memory but
+1 GB, unless --worker-memory), then runs
 `rpbcast analyze RUN_DIR --master spark://127.0.0.1:PORT --no-plots` --runs
 times, alternating with the same command from --baseline (another checkout,
 e.g. the main branch) when given, and prints per run: exit status, seconds,
@@ -39,6 +41,17 @@ def spark_class():
     return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
 
 
+def port_free(port):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -51,7 +64,16 @@ class Cluster:
     """A standalone master and one worker on 127.0.0.1, ended by PID."""
 
     def __init__(self, worker_memory=None, worker_cores=None):
-        self.port, self.ui, self.wui = free_port(), free_port(), free_port()
+        # the master's status page on Spark's default port (8080, or the next
+        # ones up to 8083 as Spark itself would take), where `rpbcast analyze`
+        # looks for it; only when all four are taken another port, which
+        # self.ui_env then names to analyze
+        self.port, self.wui = free_port(), free_port()
+        self.ui = next((p for p in range(8080, 8084) if port_free(p)), None)
+        self.ui_env = {}
+        if self.ui is None:
+            self.ui = free_port()
+            self.ui_env = {"RPBCAST_SPARK_MASTER_UI": f"http://127.0.0.1:{self.ui}"}
         self.dir = tempfile.mkdtemp(prefix="rpbcast-spark-")
         env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", SPARK_WORKER_DIR=os.path.join(self.dir, "work"),
                    SPARK_LOG_DIR=self.dir)
@@ -99,15 +121,18 @@ class Cluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def analyze(checkout, run_dir, master, out_dir):
-    env = dict(os.environ, PYTHONPATH=checkout)
+def analyze(checkout, run_dir, master, out_dir, env_extra):
+    env = dict(os.environ, PYTHONPATH=checkout, **env_extra)
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "rpbcast", "analyze", run_dir, "--master", master, "--no-plots",
                         "--out", out_dir], env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     first = next((x for x in lines if "rpbcast analyze" in x or "Error" in x or "error" in x), lines[0] if lines else "")
     return {"rc": r.returncode, "s": round(time.monotonic() - t, 1), "stderr_lines": len(lines),
-            "error": first[:200], "exactly_once_ok": "exactly-once: OK" in r.stdout}
+            "error": first[:200], "exactly_once_ok": "exactly-once: OK" in r.stdout,
+            # the executors were sized from what the worker offers (else
+            # analyze notes that it fell back to Spark's 1 GB default)
+            "sized": "could not read what" not in r.stderr}
 
 
 def main(argv=None):
@@ -121,16 +146,19 @@ def main(argv=None):
     a = ap.parse_args(argv)
     cl = Cluster(a.worker_memory, a.worker_cores)
     w = cl.state["workers"][0]
-    print(f"cluster {cl.url}: worker {w['cores']} cores, {w['memory']} MB")
+    print(f"cluster {cl.url}: worker {w['cores']} cores, {w['memory']} MB; status page on port {cl.ui}")
     rows = []
     out = tempfile.mkdtemp(prefix="rpbcast-analysis-")
     try:
         for k in range(a.runs):
             for name, checkout in ([("baseline", a.baseline)] if a.baseline else []) + [("this", HERE)]:
-                r = analyze(checkout, os.path.abspath(a.run_dir), cl.url, os.path.join(out, f"{name}-{k}"))
+                r = analyze(checkout, os.path.abspath(a.run_dir), cl.url, os.path.join(out, f"{name}-{k}"),
+                            cl.ui_env)
                 r.update(run=k + 1, checkout=name)
                 rows.append(r)
-                print(f"  {name:<8} run {k + 1}: exit {r['rc']}, {r['s']} s, {r['stderr_lines']} stderr lines"
+                print(f"  {name:<8} run {k + 1}: exit {r['rc']}, {r['s']} s, {r['stderr_lines']} stderr lines, "
+                      f"exactly-once {'OK' if r['exactly_once_ok'] else 'not OK'}, "
+                      f"executors {'sized from the worker' if r['sized'] else 'at Spark default 1 GB'}"
                       + (f": {r['error']}" if r["rc"] else ""), flush=True)
     finally:
         cl.stop()

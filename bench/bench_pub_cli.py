@@ -10,8 +10,9 @@ up, and a publisher process started per round -- as root in a network
 namespace with real multicast on its loopback, else unicast on 127.0.0.1.
 Each publisher measures its publishing loop (first publish to last one
 accepted, back-pressure included; the drain that follows is not counted)
-and prints msgs/s; the table gives medians and ratios against the library
-of the same run.
+and prints msgs/s; the table gives medians, the ratio of medians against
+the library of the same run, and the median of the per-round ratios
+(each round's case over that round's library).
 """
 from __future__ import annotations
 
@@ -133,13 +134,18 @@ def main(argv=None):
                 p.kill()
         if ns:
             netns.delete(ns)
-    base = statistics.median(got["library publish_batch"])
+    lib = got["library publish_batch"]
+    base = statistics.median(lib)
     rows = []
-    print(f"{'case':<40}{'median msgs/s':>16}{'vs library':>12}  rounds")
+    # the paired ratio (this round's case / this round's library) cancels
+    # the drift between rounds that the ratio of medians keeps
+    print(f"{'case':<40}{'median msgs/s':>16}{'vs library':>12}{'paired':>9}  rounds")
     for name, v in got.items():
         med = statistics.median(v)
-        rows.append({"case": name, "median": med, "ratio": round(med / base, 3), "all": v})
-        print(f"{name:<40}{med:>16,.0f}{med / base:>12.2f}  {', '.join(f'{x:,}' for x in v)}")
+        paired = statistics.median(x / y for x, y in zip(v, lib))
+        rows.append({"case": name, "median": med, "ratio": round(med / base, 3),
+                     "paired_ratio": round(paired, 3), "all": v})
+        print(f"{name:<40}{med:>16,.0f}{med / base:>12.2f}{paired:>9.2f}  {', '.join(f'{x:,}' for x in v)}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"machine": machine(), "transport": "multicast (netns)" if ns else "unicast",
