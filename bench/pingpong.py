@@ -82,6 +82,14 @@ class Receiver:
             self.batch, self.i = node.poll(0.0 if self.spin else min(left, 0.01)), 0
 
 
+def loop_counters(node):
+    """The loop's and socket's counters (iterations, epoll wake-ups, control-plane calls, syscalls)."""
+    d = node.transport.stats()
+    lp, sk = d["loop"], d["sock"]
+    return {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
+            "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
+
+
 def make_node(node_id, args):
     return Node(config(node_id, args.timestamps), start=not args.inline)
 
@@ -116,7 +124,10 @@ def ping(args):
     msg = bytearray(max(args.size, 16))
     rtt, stages, timeouts = [], [], 0
     time.sleep(0.2)                  # the pong's loop is up (it printed READY before we started)
+    c0 = None
     for idx in range(total):
+        if idx == warm:
+            c0 = loop_counters(node)
         t0 = time.monotonic_ns()
         struct.pack_into("<Qq", msg, 0, idx, t0)
         node.publish(msg)
@@ -137,6 +148,10 @@ def ping(args):
                 rtt.append(t_app - t0)
                 stages.append((t1 - t0, p_rx - t0, p_app - p_rx, p_pub - p_app, t_rx - p_pub, t_app - t_rx))
             break
+    c1 = loop_counters(node)
+    if c0 is not None and args.count:
+        print("LOOP per round trip (ping node): " + " ".join(
+            f"{k}={(c1[k] - c0[k]) / args.count:.2f}" for k in c1), flush=True)
     r = np.array(rtt, np.float64) / 1e3
     if len(r):
         q = np.percentile(r, [0, 50, 99, 100])
