@@ -1,0 +1,190 @@
+"""Round trip through the public API: rpbcast as the "own" peer of the
+ping-pong rows of ../shared/peers/run.sh (the OWN_PING / OWN_PONG hook):
+
+    OWN_PONG='python3 bench/pingpong.py pong {max_s}' \
+    OWN_PING='python3 bench/pingpong.py ping {count} {size}' \
+    PEERS="zmq-epgm own" SIZES="" ../shared/peers/run.sh      # ping-pong rows only
+
+Written as a user would: one group, two static members, `Node.publish` and
+`Node.receive` (a loop thread per node, the default).  The pong echoes
+every message of the ping; the ping sends one message, waits for its echo,
+`count` times after a 10 % warm-up, and prints the harness's RESULT line.
+
+Each message carries clock stamps (CLOCK_MONOTONIC, one clock for both
+processes on this host), so besides the round trip the ping prints where
+it went (`STAGES` line, medians in microseconds):
+
+    pub     the ping's publish() call (C data plane + sendmsg)
+    fwd     publish start -> the pong's data plane has it (rx_time)
+    wake    rx_time -> the pong's application thread holds the Message
+    turn    the pong's Python between receive() and its publish()
+    back    pong publish start -> the ping's data plane has the echo
+    wake2   rx_time -> the ping's application holds the echo
+
+rx_time is the kernel's arrival stamp with --timestamps, else the loop
+thread's clock read after recvmmsg returned: running both splits
+"fwd"/"back" into loopback and the loop thread's wake-up.
+
+Options (after the harness's arguments): --inline (no loop thread: the
+application drives the node with Node.poll), --timestamps, --spin
+(receive without sleeping: poll with timeout 0, only with --inline).
+"""
+import argparse
+import os
+import struct
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from rpbcast import Config, MemberSpec  # noqa: E402
+from rpbcast.api import Node  # noqa: E402
+
+GROUP = "239.192.1.78:17510"
+PING, PONG = 1, 2
+PORTS = {PING: 17711, PONG: 17712}
+STAMP = struct.Struct("<Qqqqq")      # idx, t0 (ping), pong rx_time, pong app, pong publish start
+
+
+def config(node_id, timestamps):
+    return Config(node_id=node_id, bind=f"127.0.0.1:{PORTS[node_id]}", group_addr=GROUP,
+                  members=[MemberSpec(i, f"127.0.0.1:{p}") for i, p in PORTS.items()],
+                  flow_control="receivers", timestamps=timestamps, member_timeout=3600)
+
+
+class Receiver:
+    """The next message from `peer`: Node.receive (loop thread) or Node.poll (inline)."""
+
+    def __init__(self, node, inline, spin):
+        self.node, self.inline, self.spin = node, inline, spin
+        self.batch, self.i = None, 0
+
+    def next(self, timeout):
+        """(payload bytes, rx_time, t_app) or None on timeout."""
+        node = self.node
+        if not self.inline:
+            m = node.receive(timeout)
+            if m is None:
+                return None
+            return bytes(m.payload), m.rx_time, time.monotonic_ns()
+        deadline = time.monotonic() + timeout
+        while True:
+            b = self.batch
+            if b is not None and self.i < b.count:
+                i = self.i
+                self.i += 1
+                return bytes(b.payload(i)), int(b.rx_times[i]), time.monotonic_ns()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.batch, self.i = node.poll(0.0 if self.spin else min(left, 0.01)), 0
+
+
+def loop_counters(node):
+    """The loop's and socket's counters (iterations, epoll wake-ups, control-plane calls, syscalls)."""
+    d = node.transport.stats()
+    lp, sk = d["loop"], d["sock"]
+    return {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
+            "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
+
+
+def make_node(node_id, args):
+    return Node(config(node_id, args.timestamps), start=not args.inline)
+
+
+def pong(args):
+    node = make_node(PONG, args)
+    rx = Receiver(node, args.inline, args.spin)
+    print("READY", flush=True)
+    end = time.monotonic() + args.max_s
+    echoed = 0
+    while time.monotonic() < end:
+        got = rx.next(0.1)
+        if got is None:
+            continue
+        p, t_rx, t_app = got
+        if len(p) < 16:
+            continue
+        t_pub = time.monotonic_ns()
+        out = bytearray(max(len(p), STAMP.size))
+        STAMP.pack_into(out, 0, *struct.unpack_from("<Qq", p), t_rx, t_app, t_pub)
+        node.publish(out)
+        echoed += 1
+    print(f"RESULT role=pong echoed={echoed}", flush=True)
+    node.close(linger=0)
+
+
+def ping(args):
+    node = make_node(PING, args)
+    rx = Receiver(node, args.inline, args.spin)
+    warm = max(1, args.count // 10)
+    total = warm + args.count
+    msg = bytearray(max(args.size, 16))
+    rtt, stages, timeouts = [], [], 0
+    time.sleep(0.2)                  # the pong's loop is up (it printed READY before we started)
+    c0 = None
+    for idx in range(total):
+        if idx == warm:
+            c0 = loop_counters(node)
+        t0 = time.monotonic_ns()
+        struct.pack_into("<Qq", msg, 0, idx, t0)
+        node.publish(msg)
+        t1 = time.monotonic_ns()
+        while True:
+            got = rx.next(args.timeout)
+            if got is None:
+                if idx >= warm:
+                    timeouts += 1
+                break
+            p, t_rx, t_app = got
+            if len(p) < STAMP.size:
+                continue
+            i, s0, p_rx, p_app, p_pub = STAMP.unpack_from(p)
+            if i != idx:             # a late echo of a ping that timed out
+                continue
+            if idx >= warm:
+                rtt.append(t_app - t0)
+                stages.append((t1 - t0, p_rx - t0, p_app - p_rx, p_pub - p_app, t_rx - p_pub, t_app - t_rx))
+            break
+    c1 = loop_counters(node)
+    if c0 is not None and args.count:
+        print("LOOP per round trip (ping node): " + " ".join(
+            f"{k}={(c1[k] - c0[k]) / args.count:.2f}" for k in c1), flush=True)
+    r = np.array(rtt, np.float64) / 1e3
+    if len(r):
+        q = np.percentile(r, [0, 50, 99, 100])
+        st = np.median(np.array(stages, np.float64), axis=0) / 1e3
+        names = ("pub", "fwd", "wake", "turn", "back", "wake2")
+        print("STAGES " + " ".join(f"{n}_us={v:.1f}" for n, v in zip(names, st)), flush=True)
+        st99 = np.percentile(np.array(stages, np.float64), 99, axis=0) / 1e3
+        print("STAGES99 " + " ".join(f"{n}_us={v:.1f}" for n, v in zip(names, st99)), flush=True)
+    else:
+        q = [float("nan")] * 4
+    print(f"RESULT role=ping samples={len(r)} timeouts={timeouts} rtt_min_us={q[0]:.1f} "
+          f"rtt_p50_us={q[1]:.1f} rtt_p99_us={q[2]:.1f} rtt_max_us={q[3]:.1f}", flush=True)
+    node.close(linger=0)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="role", required=True)
+    a = sub.add_parser("ping")
+    a.add_argument("count", type=int)
+    a.add_argument("size", type=int)
+    a.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for one echo")
+    b = sub.add_parser("pong")
+    b.add_argument("max_s", type=float)
+    for p in (a, b):
+        p.add_argument("--inline", action="store_true", help="no loop thread: Node.poll from this thread")
+        p.add_argument("--spin", action="store_true", help="with --inline: never sleep in poll")
+        p.add_argument("--timestamps", action="store_true", help="rx_time = kernel arrival")
+    args = ap.parse_args(argv)
+    if args.spin and not args.inline:
+        ap.error("--spin needs --inline")
+    (ping if args.role == "ping" else pong)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# bench/pingpong_modes.sh - bench/pingpong.py in several modes, interleaved
+# (A B C A B C ...), inside a network namespace of its own (loopback
+# multicast), printing each run's RESULT and STAGES lines.  As root:
+#     REPS=3 COUNT=5000 bench/pingpong_modes.sh "" "--timestamps" "--inline" "--inline --spin"
+set -u
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+NS=${NS:-rpb-pingpong}
+REPS=${REPS:-3}
+COUNT=${COUNT:-5000}
+SIZE=${SIZE:-64}
+ip netns list | grep -qw "^$NS" || ip netns add "$NS"
+ip netns exec "$NS" ip link set lo up
+ip netns exec "$NS" ip link set lo multicast on
+ip netns exec "$NS" ip route replace 224.0.0.0/4 dev lo
+run() {  # mode flags
+    local out; out=$(mktemp)
+    ip netns exec "$NS" env PYTHONPATH="$HERE" python3 "$HERE/bench/pingpong.py" pong 60 $1 >"$out" 2>&1 &
+    local pp=$!
+    for _ in $(seq 100); do grep -q READY "$out" && break; sleep 0.05; done
+    ip netns exec "$NS" env PYTHONPATH="$HERE" python3 "$HERE/bench/pingpong.py" ping "$COUNT" "$SIZE" $1 \
+        | sed "s/^/mode=[${1:-threaded}] /"
+    kill "$pp" 2>/dev/null; wait "$pp" 2>/dev/null; rm -f "$out"
+}
+for rep in $(seq "$REPS"); do
+    for mode in "$@"; do run "$mode"; done
+done
+[ "${KEEP_NS:-0}" = 1 ] || ip netns del "$NS"
