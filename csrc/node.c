@@ -379,8 +379,8 @@ static void rx_rejected(rp_node_t *n, rp_peer_t *p, const rp_msgview_t *m, int a
     }
 }
 
-/* A logger appends before anything else: the log is its record of truth;
- * a logger that delivers nothing keeps no other copy (rx_data).  When the append
+/* A logger appends before anything else: the log is its record of truth,
+ * the store only a cache for serving recent repairs.  When the append
  * fails the id is missing again (asked for again later).  0 or -1. */
 static int rx_log(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl, int64_t now) {
     if (rp_log_append(n->log, p->id, p->inc, seq, pl->label, now, pl->data, pl->len) < 0) {
@@ -485,10 +485,7 @@ static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t
     if (n->conflate && pl.label != RP_SRB_NOLABEL)
         rp_conflate_put(&n->latest, p->id, p->inc, pl.label, m->seq, now, pl.data, pl.len);
     uint32_t holds = rx_holds(n, pl.label);
-    /* A logger that delivers nothing does not cache what it logged: the
-     * copy into the store (and its page faults, and its collection) was a
-     * third of the logger's receive work, for repairs the log serves too. */
-    int64_t t = n->log && n->no_deliver ? -1 : rx_store(n, p, m->seq, &pl, holds, now);
+    int64_t t = rx_store(n, p, m->seq, &pl, holds, now);
     if (RP_UNLIKELY(t == RX_DROPPED))
         return;
     rx_count_first(n, p, m, a, is_repair);
