@@ -102,11 +102,17 @@ def test_reads_in_any_order_within_a_run_return_each_entry(tmp_path_factory, siz
                 log.flush()
         ids = list(want) + list(reversed(want)) + [q for q in want for _ in range(2)]
         order.shuffle(ids)
-        for q in ids:
-            assert log.read(1, 1, q) == want[q]
+
+        def check():
+            for k, q in enumerate(ids):
+                assert log.read(1, 1, q) == want[q]
+                if k % 50 == 0:       # a cursor (how catch-up streams) between single reads
+                    lo = order.randrange(len(want))
+                    hi = order.randrange(lo, len(want))
+                    assert log.read_range(1, 1, lo, hi) == [(x, *want[x]) for x in range(lo, hi + 1)]
+        check()
         log.flush()
-        for q in ids:
-            assert log.read(1, 1, q) == want[q]
+        check()
 
 
 def test_reopen_recovers_everything(tmp_path):
