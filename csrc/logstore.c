@@ -1004,10 +1004,23 @@ static int cursor_load(rp_log_t *l, rp_log_cursor_t *c, rp_lrun_t *e, uint64_t s
         return RP_LOG_DAMAGED;
     }
     size_t off = RP_LOG_HDR;
-    for (uint64_t q = rseq; q < seq; q++) {      /* walk to seq: entries are self-sized */
+    uint64_t q = rseq;
+    /* Entries are self-sized: walk to seq, from where the last load in this
+     * record stopped -- serving a run id by id walked it from its start
+     * for every id (quadratic in the run's length). */
+    if (l->walk_off && l->walk_gen == l->rgen && l->walk_pos == e->pos && l->walk_seq >= rseq &&
+        l->walk_seq <= seq) {
+        q = l->walk_seq;
+        off = l->walk_off;
+    }
+    for (; q < seq; q++) {
         uint32_t w = rp_ld32(rec + off);
         off += 4 + ((w & RP_LOG_E_LABEL) ? 8 : 0) + (w & ~RP_LOG_E_LABEL);
     }
+    l->walk_pos = e->pos;
+    l->walk_gen = l->rgen;
+    l->walk_seq = seq;
+    l->walk_off = off;
     c->rec = rec;
     c->gen = l->rgen;
     c->rseq = seq;

@@ -166,6 +166,8 @@ typedef struct {
     uint64_t rseg, roff;
     uint64_t verified;          /* position + 1 of the last record whose CRCs checked */
     uint64_t rgen;              /* bumped whenever bytes a cursor may point at move */
+    uint64_t walk_pos, walk_gen, walk_seq;   /* where the last cursor_load stopped in a record */
+    size_t walk_off;            /* (0: nowhere) */
     uint64_t fd_clock;
     uint64_t n_preads;
     /* recovery report (at open) */

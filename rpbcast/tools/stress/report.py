@@ -63,7 +63,10 @@ def summarize(args, plan, sup, finals, dropped, t_start):
     s["killed"] = [list(k) for k in sup.killed_nodes]
     s["killed_sender_streams"] = dict(sup.dead_streams)
     s["buffer_peaks"] = sup.buffer_peaks
-    s["buffer_end"] = sup.buffer_last
+    # "at the end" is when everyone was stopped (the final stats), not a
+    # node's last progress report: a sender reports only while sending
+    s["buffer_end"] = {i: _final_buffers(f["stats"], sup.buffer_last.get(i, {}))
+                       for i, f in finals.items() if f.get("stats")} or sup.buffer_last
     s["buffer_series"] = sup.buffer_series
     s["kill_at_s"] = round(sup.kill_t - t_start, 2) if sup.kill_t else None
     s["faults"] = [dict(f.to_json(), catch_up_s=catch_up_s(sup, f)) for f in sup.faults.faults]
@@ -314,3 +317,11 @@ def failure(errors, work):
             except OSError:
                 pass
     return 1
+
+
+def _final_buffers(stats, last):
+    """A node's buffers from its final stats (its last report as a fallback)."""
+    return {"store_entries": stats.get("store_entries", last.get("store_entries", 0)),
+            "store_bytes": stats.get("store_bytes", last.get("store_bytes", 0)),
+            "gossip_entries": stats.get("gossip_buffer_entries", last.get("gossip_entries", 0)),
+            "gossip_bytes": stats.get("gossip_buffer_bytes", last.get("gossip_bytes", 0))}

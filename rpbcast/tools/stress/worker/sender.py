@@ -14,6 +14,7 @@ from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_tra
 
 REPORT_EVERY_NS = 250_000_000
 FAULT_REPORT_EVERY_NS = 100_000_000    # in a run with faults (catch-up times)
+STOP_FLUSH_S = 2.0                     # at most this long for the last acknowledgments
 
 
 def run_sender(spec, cmds, tw_factory):
@@ -71,6 +72,10 @@ def _send(spec, node, cmds, tw, events):
             continue
         drain_trace(node, tw)
         if c["cmd"] == "stop":
+            # The receivers are complete, but the loggers' last ACK (a
+            # fsync + an ack interval behind) may still be on its way: give
+            # it a moment so the final stats show the send buffer at its end.
+            node.flush(timeout=STOP_FLUSH_S)
             break
 
 
