@@ -753,6 +753,18 @@ class Node:
         d["lost"] = max(0, d.get("forgotten", 0) - d.get("t_join_skipped", 0))
         return d
 
+    def commit(self, frontiers: dict) -> None:
+        """Config.flow_commit: this application has made durable every
+        message below ``frontier`` of each stream, ``{(sender, inc):
+        frontier}``; its node's flow reports never go further, so a
+        loggerless sender keeps what a crash could still cost this receiver
+        (docs/api.md, "The loggerless guarantee")."""
+        self.transport.lock()
+        try:
+            self.engine.commit(frontiers)
+        finally:
+            self.transport.unlock()
+
     def events(self) -> list:
         """The protocol's events for the application since the last call,
         oldest first (docs/api.md, "Events"): ("released", receiver, reason),

@@ -103,6 +103,13 @@ class Config:
     #                  sender's own running time: a stall is not a failure).
     #                  Every member must use the same setting.
     flow_control: str = "loggers"
+    # flow_commit (with "receivers"): a receiver reports only what its
+    #                  application committed with Node.commit() -- what it has
+    #                  made durable itself -- so that, without a logger, a
+    #                  receiver that crashes and resumes still gets every
+    #                  message it had received but not yet checkpointed.  An
+    #                  application that never commits holds its senders back.
+    flow_commit: bool = False
     flow_report_interval: float = 0.002
     flow_timeout: float = 10.0
 
@@ -211,6 +218,9 @@ class Config:
         need(self.fsync in FSYNC, f"fsync must be one of {FSYNC}, got {self.fsync!r}")
         need(self.flow_control in FLOW_CONTROL,
              f"flow_control must be one of {FLOW_CONTROL}, got {self.flow_control!r}")
+        need(isinstance(self.flow_commit, bool), f"flow_commit must be True or False, got {self.flow_commit!r}")
+        need(not self.flow_commit or self.flow_control == "receivers",
+             "flow_commit needs flow_control = 'receivers' (with loggers, the log covers a restarted receiver)")
         need(576 <= self.mtu <= 65507, f"mtu must be between 576 and 65507 bytes, got {self.mtu}")
         need(self.store_bytes >= 1 << 16, f"store_bytes must be at least 64 KiB, got {self.store_bytes}")
         need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")

@@ -377,3 +377,43 @@ def test_detector_counts_only_its_own_running_time():
     b.last_heard = t
     assert [o[:2] for o in d.check(t + ms, [a, b])] == [(3, "recovered")]
     assert d.check(t + 2 * ms, [a]) == [] and 3 not in d.silent   # b left: forgotten
+
+
+# ---------------------------------------------------------------------------
+# flow_commit: a receiver reports only what its application made durable
+
+def test_with_flow_commit_a_sender_keeps_what_receivers_have_not_committed():
+    # Without a logger, a receiver that crashes loses what its node had
+    # received (and reported) but its application had not checkpointed:
+    # the sender had released it (the loggerless kill-receiver fault lost
+    # 15-30 k messages at 200 k msgs/s).  With flow_commit the reports
+    # stop at the committed frontier, so the sender still holds the rest.
+    g = Group(3, senders=[1], seed=7, flow_control="receivers", flow_commit=True, **TIGHT)
+    e = g.E[1]
+    g.publish_stream(500)
+    g.net.run(1.0)
+    g.drain()
+    assert all(len(g.got[i]) == 500 for i in (2, 3))          # delivered ...
+    assert e.node.acked == 0                                   # ... but nobody committed: all held
+    g.E[2].commit({(1, e.inc): 300})
+    g.E[3].commit({(1, e.inc): 200})
+    g.net.run(0.2)
+    assert e.node.acked == 200                                 # the least committed frontier
+    g.E[3].commit({(1, e.inc): 100})                           # frontiers never move back
+    g.E[3].commit({(1, e.inc): 500})
+    g.net.run(0.2)
+    assert e.node.acked == 300
+    g.E[2].commit({(1, e.inc): 500})
+    g.net.run(0.2)
+    assert e.node.acked == 500 and not events(g, 1, "released")
+
+
+def test_flow_commit_is_checked():
+    from rpbcast.config import Config, ConfigError
+    with pytest.raises(ConfigError, match="flow_commit"):
+        Config(node_id=1, flow_commit=True).validate()          # with flow_control "loggers"
+    with pytest.raises(ConfigError, match="flow_commit"):
+        Config(node_id=1, flow_control="receivers", flow_commit="yes").validate()
+    g = Group(2, senders=[1], flow_control="receivers")
+    with pytest.raises(ValueError, match="flow_commit"):
+        g.E[2].commit({(1, 1): 10})

@@ -108,6 +108,10 @@ class Engine:
         self.members = MemberTable(self.id)
         self.stats = {}                  # a protocol's own counters, added to counters()
         self.resumed = set()             # streams a restarted receiver resumed (resume())
+        # Config.flow_commit: (sender, inc) -> the frontier the application
+        # committed (every seq below it is durable on its side); flow
+        # reports never go beyond it.  None: reports follow what the node has.
+        self.committed = {} if cfg.flow_commit else None
         self._now = now
         self.extensions = []
         self.hooks = Hooks()
@@ -235,9 +239,27 @@ class Engine:
             if ranges and ranges[0][0] == 0:
                 base = ranges.pop(0)[1] + 1
             slot = self.node.peer(s, i, base)
+            if self.committed is not None:
+                # what it resumes from it had made durable before the crash
+                self.committed[(s, i)] = max(self.committed.get((s, i), 0), base)
             for lo, hi in ranges:
                 for a in range(lo, hi + 1, RESUME_CHUNK):
                     self.node.mark_received(slot, np.arange(a, min(hi + 1, a + RESUME_CHUNK), dtype=np.uint64))
+
+    def commit(self, frontiers):
+        """The application made durable every message below ``frontier`` of
+        each stream: ``{(sender, inc): frontier}`` (Config.flow_commit).
+        Frontiers only move forward; a stream it never names holds its
+        sender at 0."""
+        if self.committed is None:
+            raise ValueError("commit() needs Config.flow_commit = True")
+        c = self.committed
+        for (s, i), f in frontiers.items():
+            f = int(f)
+            if f < 0:
+                raise ValueError(f"commit: frontier of {s}/{i} must be >= 0, got {f}")
+            if f > c.get((s, i), 0):
+                c[(s, i)] = f
 
     def started_late(self, now: int):
         """This member starts while the group may already be running (a

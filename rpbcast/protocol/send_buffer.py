@@ -236,11 +236,14 @@ class HoldForReceivers(HoldForLoggers):
         if not self.is_logger and self.e.group.status in (MEMBER, PENDING_LEAVE):
             every = 16 * self._report_ns
             send_gossip = self.e.repair.send_gossip
+            committed = self.e.committed       # Config.flow_commit
             for slot, pid, pinc in node.peer_ids():
                 m = self.members.get(pid)
                 if m is None or pid == self.id or m.status not in (MEMBER, PENDING_LEAVE):
                     continue
                 f = node.peer_contiguous(slot)
+                if committed is not None:
+                    f = min(f, committed.get((pid, pinc), 0))
                 last = self._sent.get(slot)
                 if last is not None and last[0] == f and now - last[1] < every:
                     continue

@@ -90,6 +90,17 @@ def flow_control_of(args, loggers):
     return "loggers" if loggers else "receivers"
 
 
+def receivers_commit(args, plan: Plan) -> bool:
+    """Whether receivers report only what their checkpoint holds
+    (Config.flow_commit): in a loggerless run that kills a receiver, so that
+    what it had received but not checkpointed is still at the sender when
+    it resumes.  Not otherwise: it holds senders back by a checkpoint
+    interval."""
+    kills = [str(v) for v in (getattr(args, "kill", None) or [])]
+    return plan.flow_control == "receivers" and (
+        getattr(args, "kill_receiver", None) is not None or any(v.startswith("receiver:") for v in kills))
+
+
 def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = None) -> dict:
     """What worker process i is started with: its node's configuration and
     its part in the run (rpbcast.tools.stress.worker)."""
@@ -125,6 +136,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
             "addr_to_node": {str(k): v for k, v in plan.addr_to_node().items()}}
     if role == "receiver":
         spec["checkpoint"] = os.path.join(plan.work, f"recv{i}.npz")
+        if receivers_commit(args, plan):
+            cfg["flow_commit"] = True
     if getattr(args, "atomic", False):
         spec["atomic"] = {"state_dir": os.path.join(plan.work, f"state{i}"), "votes": args.atomic_votes,
                           "timeout": args.atomic_timeout, "window": args.atomic_window}

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from rpbcast.tools.stress.plan import receivers_commit
 from rpbcast.tools.stress.tally import LAT_BINS
 
 
@@ -156,6 +157,7 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
     return {
         "transport": plan.transport, "loss": args.loss, "loss_model": plan.loss_model,
         "flow_control": plan.flow_control,
+        "flow_commit": receivers_commit(args, plan),
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
@@ -257,7 +259,8 @@ def print_summary(s):
     lines = [
         f"rpbcast stress: {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
         f"{s['size']} B messages, {s['transport']}" + (" between hosts on a bridge" if s.get("hosts") else "") +
-        f", flow control by {s.get('flow_control', 'loggers')}",
+        f", flow control by {s.get('flow_control', 'loggers')}" +
+        (" (receivers report what they checkpointed)" if s.get("flow_commit") else ""),
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
         f"  received        {s['recv_rate_min']:,.0f} msgs/s delivered by the slowest receiver, {s['mb_s_min']:.1f} MB/s",

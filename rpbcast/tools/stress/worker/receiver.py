@@ -12,6 +12,7 @@ from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_tra
                                               make_config)
 
 REPORT_EVERY_NS = 250_000_000          # progress, and the checkpoint
+COMMIT_EVERY_NS = 100_000_000          # the checkpoint, when it is what the node may report (flow_commit)
 FAULT_REPORT_EVERY_NS = 100_000_000    # progress in a run with faults (catch-up times)
 BATCH = 65536
 
@@ -34,6 +35,8 @@ def run_receiver(spec, cmds, tw_factory):
     next_report = next_save = 0
     watched = bool(spec.get("faults"))        # report what it has often: the run measures catch-up
     every = FAULT_REPORT_EVERY_NS if watched else REPORT_EVERY_NS
+    commits = bool(spec["config"].get("flow_commit"))
+    save_every = COMMIT_EVERY_NS if commits else REPORT_EVERY_NS
     while not orders.stop:
         b = app.take()
         now = time.monotonic_ns()
@@ -56,11 +59,11 @@ def run_receiver(spec, cmds, tw_factory):
             events.poll(node)
             next_report = now + every
         if ckpt and now >= next_save:
-            tally.save(ckpt)
-            next_save = now + REPORT_EVERY_NS
+            _checkpoint(node, tally, ckpt, commits)
+            next_save = now + save_every
     app.drain(tally)
     if ckpt:
-        tally.save(ckpt)
+        _checkpoint(node, tally, ckpt, commits)
     drain_trace(node, tw)
     rate = tally.delivered / ((tally.last - tally.first) / 1e9) if tally.first and tally.last > tally.first else 0
     emit(**final_event(spec, node, "receiver", events, delivered=tally.delivered, rate=rate,
@@ -68,6 +71,14 @@ def run_receiver(spec, cmds, tw_factory):
                        check=tally.check(orders.expect or {}, orders.latest, orders.agree),
                        hist=tally.hist.tolist()))
     return node
+
+
+def _checkpoint(node, tally, path, commits):
+    """Save the counts; with flow_commit, then tell the node that what they
+    hold from seq 0 on is durable (its flow reports may now say so)."""
+    tally.save(path)
+    if commits:
+        node.commit({tuple(map(int, k.split("/"))): p for k, p in tally.prefixes().items()})
 
 
 class _Application:
