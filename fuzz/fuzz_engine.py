@@ -47,6 +47,8 @@ import tempfile
 import time
 import traceback
 
+import numpy as np
+
 from rpbcast.config import Config, MemberSpec
 from rpbcast.core import digest, wire
 from rpbcast.drivers.memnet import NS, MemNet
@@ -494,10 +496,19 @@ class Harness:
                 dgrams.append((dest, d))
         self.publish(self.v.rng.choice((0, 1, 3, 10)))
         t0 = net.now
-        for k, (dest, d) in enumerate(dgrams):
-            at = t0 + (k + 1) * 50_000
-            net.at(at, lambda n, dest=dest, d=d: self.guard(
-                "receive_datagram", dgrams, n.engines[dest].receive_datagram, d, ATTACKER_ADDR, n.now))
+        if self.v.rng.random() < 0.5:
+            # one datagram at a time: node.rx, then the control plane
+            for k, (dest, d) in enumerate(dgrams):
+                net.at(t0 + (k + 1) * 50_000, lambda n, dest=dest, d=d: self.guard(
+                    "receive_datagram", dgrams, n.engines[dest].receive_datagram, d, ATTACKER_ADDR, n.now))
+        else:
+            # a receive batch per node, as the UDP driver hands them over (rx_batch)
+            per = collections.defaultdict(list)
+            for dest, d in dgrams:
+                per[dest].append(d)
+            for dest, ds in per.items():
+                net.at(t0 + 50_000, lambda n, dest=dest, ds=ds: self.guard(
+                    "receive_datagrams", dgrams, n.engines[dest].receive_datagrams, *rx_batch(ds), n.now))
         self.injected += len(dgrams)
         self.run_net(t0 + self.v.rng.choice((2, 5, 20, 60)) * MS, dgrams)
         self.collect(dgrams)
@@ -550,6 +561,16 @@ class Harness:
                              f"genuine messages (first {missing[:5]})", [])
 
 
+def rx_batch(ds):
+    """(buf, offs, lens, srcs) for Engine.receive_datagrams: the datagrams
+    back to back in one exact-size buffer."""
+    lens = np.array([len(d) for d in ds], dtype=np.uint32)
+    offs = np.zeros(len(ds), dtype=np.uint32)
+    offs[1:] = np.cumsum(lens)[:-1]
+    buf = np.frombuffer(b"".join(ds), dtype=np.uint8).copy()
+    return buf, offs, lens, np.full(len(ds), ATTACKER_ADDR, dtype=np.uint64)
+
+
 def rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -569,6 +590,15 @@ def episode_seed(seed, k):
     return (seed * 1_000_003 + k) & 0xFFFFFFFFFFFF
 
 
+def reached(h):
+    """{type name: messages the nodes accepted past the MAC and decoder}."""
+    got = collections.Counter()
+    for e in h.E.values():
+        for name, (msgs_in, _, _, _) in e.node.traffic().items():
+            got[name.lower()] += msgs_in
+    return {k: v for k, v in got.items() if v}
+
+
 def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out):
     """One episode: a fresh group, `batches` batches of injections, then
     the group settles and exactly-once is checked.  Deterministic for
@@ -583,9 +613,12 @@ def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out):
         rx = collections.Counter()
         for e in h.E.values():
             rx.update(e.node.rx_reasons())
+        h.reached = reached(h)
+        unreached = sorted(t.name for t in T if t.name.lower() not in h.reached)
         print(f"episode {k} (seed {es}): {h.injected} datagrams, {len(h.published)} genuine messages, "
               f"peak streams {h.peak['streams']}, peak outbox {h.peak['outbox']}, "
-              f"rejected {dict(rx)}, findings {len(h.findings)}", file=out, flush=True)
+              f"rejected {dict(rx)}, types never accepted {unreached or 'none'}, "
+              f"findings {len(h.findings)}", file=out, flush=True)
         if h.findings and artifacts:
             write_artifacts(artifacts, f"{seed}-ep{k}", h.findings)
         h.E = h.net = h.pub = None            # the log directory goes away next
