@@ -61,7 +61,7 @@ KEY = bytes(range(0x30, 0x40))
 MEMBERS = (1, 2, 3)
 LOGGER = 4
 GENUINE = 1                      # the publisher whose stream must arrive intact
-ATTACKER_ADDR = 99               # where injected datagrams come from (not a member address)
+ATTACKER_ADDR = 99               # where most injected datagrams come from (not a member address)
 TRAILER = 25                     # csrc/auth.h RP_AUTH_TRAILER
 
 
@@ -420,11 +420,12 @@ class Harness:
         ids = MEMBERS + (LOGGER,)
         specs = MemNet.member_specs(ids, loggers=(LOGGER,))
         kf = key_file(directory)
-        self.E = {}
+        self.E, self.configs = {}, {}
         for i in ids:
             kw = dict(role="logger", log_dir=os.path.join(directory, "log")) if i == LOGGER else {}
-            self.E[i] = self.net.add(Config(node_id=i, members=specs, incarnation=1, key_file=kf,
-                                            gossip_interval=0.02, store_entries=1 << 14, **kw))
+            self.configs[i] = Config(node_id=i, members=specs, incarnation=1, key_file=kf,
+                                     gossip_interval=0.02, store_entries=1 << 14, **kw)
+            self.E[i] = self.net.add(self.configs[i])
         self.pub = self.E[GENUINE]
         self.published = {}            # seq -> payload
         self.got = {i: collections.Counter() for i in MEMBERS if i != GENUINE}
@@ -452,13 +453,14 @@ class Harness:
             for d in self.guard("recv", batch_dgrams, self.E[i].recv, now=self.net.now) or ():
                 if d.sender != GENUINE:
                     continue                # forged streams may deliver: their own business
-                cnt[d.seq] += 1
                 want = self.published.get(d.seq)
                 if d.inc != 1 or want is None or d.payload != want:
                     if not self.touch or d.inc == 1:
                         self.finding("forged payload", f"node {i} delivered {GENUINE}/{d.inc} seq {d.seq} "
                                      f"payload {d.payload[:32]!r}, expected {want!r}", batch_dgrams)
-                elif cnt[d.seq] == 2:
+                    continue        # not the genuine message: it still has to come
+                cnt[d.seq] += 1
+                if cnt[d.seq] == 2:
                     self.finding("duplicate", f"node {i} delivered {GENUINE}/1 seq {d.seq} twice", batch_dgrams)
 
     # -- findings -----------------------------------------------------------
@@ -491,21 +493,23 @@ class Harness:
             for _ in range(self.batch):
                 d = self.sealer.seal(self.gen.datagram())
                 dest = self.v.rng.choice((2, 3, LOGGER, 2, 3, LOGGER, GENUINE))
+                # a spoofed member address now and then (replies go to that member)
+                src = self.v.rng.choice((ATTACKER_ADDR,) * 6 + (2, 3, LOGGER))
                 if not self.touch and dest == GENUINE and self.v.rng.random() < 0.5:
                     dest = 2
-                dgrams.append((dest, d))
+                dgrams.append((dest, d, src))
         self.publish(self.v.rng.choice((0, 1, 3, 10)))
         t0 = net.now
         if self.v.rng.random() < 0.5:
             # one datagram at a time: node.rx, then the control plane
-            for k, (dest, d) in enumerate(dgrams):
-                net.at(t0 + (k + 1) * 50_000, lambda n, dest=dest, d=d: self.guard(
-                    "receive_datagram", dgrams, n.engines[dest].receive_datagram, d, ATTACKER_ADDR, n.now))
+            for k, (dest, d, src) in enumerate(dgrams):
+                net.at(t0 + (k + 1) * 50_000, lambda n, dest=dest, d=d, src=src: self.guard(
+                    "receive_datagram", dgrams, n.engines[dest].receive_datagram, d, src, n.now))
         else:
             # a receive batch per node, as the UDP driver hands them over (rx_batch)
             per = collections.defaultdict(list)
-            for dest, d in dgrams:
-                per[dest].append(d)
+            for dest, d, src in dgrams:
+                per[dest].append((d, src))
             for dest, ds in per.items():
                 net.at(t0 + 50_000, lambda n, dest=dest, ds=ds: self.guard(
                     "receive_datagrams", dgrams, n.engines[dest].receive_datagrams, *rx_batch(ds), n.now))
@@ -514,6 +518,20 @@ class Harness:
         self.collect(dgrams)
         self.check_bounds(dgrams)
         self.batches += 1
+
+    def restart_logger(self):
+        """The logger crashes and restarts from its log (what it logged of
+        forged streams included): its start must neither raise nor
+        allocate by sequence range."""
+        net = self.net
+        net.crash(LOGGER)
+        rss = rss_mb()
+        e = self.guard("logger restart", [], net.add, self.configs[LOGGER])
+        if e is None:
+            return
+        self.E[LOGGER] = e
+        if rss_mb() - rss > 256:
+            self.finding("memory", f"the logger's restart grew RSS by {rss_mb() - rss:.0f} MB", [])
 
     def run_net(self, until, dgrams):
         """Run the network to `until`; an exception out of a timer or a
@@ -562,13 +580,14 @@ class Harness:
 
 
 def rx_batch(ds):
-    """(buf, offs, lens, srcs) for Engine.receive_datagrams: the datagrams
-    back to back in one exact-size buffer."""
-    lens = np.array([len(d) for d in ds], dtype=np.uint32)
+    """(buf, offs, lens, srcs) for Engine.receive_datagrams from
+    [(datagram, source address)]: the datagrams back to back in one
+    exact-size buffer."""
+    lens = np.array([len(d) for d, _ in ds], dtype=np.uint32)
     offs = np.zeros(len(ds), dtype=np.uint32)
     offs[1:] = np.cumsum(lens)[:-1]
-    buf = np.frombuffer(b"".join(ds), dtype=np.uint8).copy()
-    return buf, offs, lens, np.full(len(ds), ATTACKER_ADDR, dtype=np.uint64)
+    buf = np.frombuffer(b"".join(d for d, _ in ds), dtype=np.uint8).copy()
+    return buf, offs, lens, np.array([a for _, a in ds], dtype=np.uint64)
 
 
 def rss_mb():
@@ -581,8 +600,8 @@ def write_artifacts(directory, seed, findings):
         base = os.path.join(directory, f"seed{seed}-{k}-{kind.replace(' ', '_')}")
         with open(base + ".txt", "w") as f:
             f.write(text + "\n")
-            for dest, d in dgrams:
-                f.write(f"{dest} {d.hex()}\n")
+            for dest, d, src in dgrams:
+                f.write(f"{dest} {src} {d.hex()}\n")
         print(f"  written {base}.txt", flush=True)
 
 
@@ -599,23 +618,26 @@ def reached(h):
     return {k: v for k, v in got.items() if v}
 
 
-def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out):
-    """One episode: a fresh group, `batches` batches of injections, then
-    the group settles and exactly-once is checked.  Deterministic for
-    (seed, k)."""
+def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadline=None):
+    """One episode: a fresh group, `batches` batches of injections (fewer
+    if the wall-clock deadline comes first), then the group settles and
+    exactly-once is checked.  Deterministic for (seed, k, batches run)."""
     with tempfile.TemporaryDirectory(prefix="rpbcast-fuzz-engine-") as tmp:
         es = episode_seed(seed, k)
         h = Harness(es, tmp, touch_genuine=touch_genuine)
         h.episode = k
-        while h.batches < batches:
+        while h.batches < batches and (deadline is None or time.monotonic() < deadline or h.batches < 4):
+            if h.batches == batches // 2:
+                h.restart_logger()
             h.step()
+        fuzzed = h.batches
         h.settle(settle)
         rx = collections.Counter()
         for e in h.E.values():
             rx.update(e.node.rx_reasons())
         h.reached = reached(h)
         unreached = sorted(t.name for t in T if t.name.lower() not in h.reached)
-        print(f"episode {k} (seed {es}): {h.injected} datagrams, {len(h.published)} genuine messages, "
+        print(f"episode {k} (seed {es}): {fuzzed} batches, {h.injected} datagrams, {len(h.published)} genuine messages, "
               f"peak streams {h.peak['streams']}, peak outbox {h.peak['outbox']}, "
               f"rejected {dict(rx)}, types never accepted {unreached or 'none'}, "
               f"findings {len(h.findings)}", file=out, flush=True)
@@ -626,15 +648,17 @@ def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out):
 
 
 def run(seed, seconds, artifacts=None, touch_genuine=False, episodes=None, batches=60, settle=2.0,
-        out=sys.stdout):
+        out=None):
     """Episodes of `batches` batches each until `seconds` of wall time have
     passed (or `episodes` ran).  Returns [(kind, text, datagrams)], the
     findings, and the per-episode summaries."""
+    out = out or sys.stdout
     t_end = time.monotonic() + seconds
     findings, seen = [], set()
     k = 0
     while (episodes is None and time.monotonic() < t_end) or (episodes is not None and k < episodes):
-        h = run_episode(seed, k, batches, settle, touch_genuine, artifacts, out)
+        h = run_episode(seed, k, batches, settle, touch_genuine, artifacts, out,
+                        deadline=None if episodes is not None else t_end)
         for f in h.findings:
             key = (f[0], f[1].splitlines()[0])
             if key not in seen:

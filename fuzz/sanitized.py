@@ -93,6 +93,28 @@ def build(work=None, log=sys.stderr):
     return d
 
 
+def sync_python(d):
+    """The sanitized build is keyed by the C and Cython sources only: bring
+    the copy's pure-Python files (the engine, the fuzzers) up to date."""
+    for top in ("rpbcast", "fuzz"):
+        for root, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = [x for x in dirs if x != "__pycache__"]
+            rel = os.path.relpath(root, REPO)
+            for name in files:
+                if name.endswith(".py"):
+                    src, dst = os.path.join(root, name), os.path.join(d, rel, name)
+                    with open(src, "rb") as f:
+                        new = f.read()
+                    try:
+                        with open(dst, "rb") as f:
+                            if f.read() == new:
+                                continue
+                    except OSError:
+                        os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    with open(dst, "wb") as f:
+                        f.write(new)
+
+
 def env_for(d, libs):
     env = dict(os.environ)
     env.update(LD_PRELOAD=" ".join(libs), PYTHONPATH=d, PYTHONMALLOC="malloc",
@@ -113,6 +135,7 @@ def main(argv):
         print("gcc has no ASan/UBSan runtime (libasan.so, libubsan.so)", file=sys.stderr)
         return 2
     d = build(work)
+    sync_python(d)
     script = argv[0] if os.path.isabs(argv[0]) else os.path.join(REPO, "fuzz", os.path.basename(argv[0]))
     # the copy's own fuzzer: it imports the sanitized rpbcast next to it
     script = os.path.join(d, "fuzz", os.path.basename(script))
