@@ -681,7 +681,8 @@ def main(argv=None):
                     help="also forge the genuine stream (checks at-most-once and payloads only)")
     a = ap.parse_args(argv)
     seed = a.seed if a.seed is not None else int(time.time()) & 0xFFFFFFFF
-    print(f"fuzz_engine: seed {seed}, budget {a.seconds:g} s", flush=True)
+    from rpbcast.core import node
+    print(f"fuzz_engine: seed {seed}, budget {a.seconds:g} s, core {os.path.dirname(node.__file__)}", flush=True)
     if a.episode is not None:
         h = run_episode(seed, a.episode, a.batches, 2.0, a.touch_genuine, a.artifacts, sys.stdout)
         return 1 if h.findings else 0

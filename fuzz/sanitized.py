@@ -139,7 +139,7 @@ def main(argv):
     script = argv[0] if os.path.isabs(argv[0]) else os.path.join(REPO, "fuzz", os.path.basename(argv[0]))
     # the copy's own fuzzer: it imports the sanitized rpbcast next to it
     script = os.path.join(d, "fuzz", os.path.basename(script))
-    return subprocess.run([sys.executable, script, *argv[1:]], env=env_for(d, libs)).returncode
+    return subprocess.run([sys.executable, script, *argv[1:]], env=env_for(d, libs), cwd=d).returncode
 
 
 if __name__ == "__main__":

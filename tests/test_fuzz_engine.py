@@ -130,4 +130,6 @@ def test_the_engine_fuzzer_under_asan_and_ubsan(tmp_path):
     assert "AddressSanitizer" not in r.stderr and "runtime error:" not in r.stderr, report
     assert r.returncode == 0, report + r.stdout[-3000:]
     assert f"seed {seed}" in r.stdout and "findings: 0" in r.stdout
+    core = r.stdout.split(", core ", 1)[1].splitlines()[0]
+    assert os.path.basename(os.path.dirname(os.path.dirname(core))).startswith("asan-"), core  # the sanitized one
     assert "episode 0 " in r.stdout and "types never accepted none" in r.stdout
