@@ -407,8 +407,10 @@ class Harness:
     """A keyed group on the in-memory network, a genuine publisher, the
     fuzzer's injections and the invariant checks."""
 
+    VARIANTS = ("plain", "atomic", "fifo-srb")
+
     def __init__(self, seed, directory, touch_genuine=False, streams_cap=1 << 15,
-                 outbox_cap=1 << 14, rss_cap_mb=1024, batch=16):
+                 outbox_cap=1 << 14, rss_cap_mb=1024, batch=16, variant="plain"):
         self.rng = random.Random(seed)
         self.v = Values(random.Random(self.rng.getrandbits(64)), touch_genuine)
         self.sealer = Sealer(counter0=self.rng.getrandbits(40))
@@ -420,12 +422,20 @@ class Harness:
         ids = MEMBERS + (LOGGER,)
         specs = MemNet.member_specs(ids, loggers=(LOGGER,))
         kf = key_file(directory)
+        # the variant decides which extensions see the ATOMIC, WINDOW and
+        # PURGED messages: atomic delivery on the members, or FIFO-SRB
+        self.variant = variant
         self.E, self.configs = {}, {}
         for i in ids:
             kw = dict(role="logger", log_dir=os.path.join(directory, "log")) if i == LOGGER else {}
+            if variant == "fifo-srb":
+                kw.update(srb_window=4096, delivery="fifo")
             self.configs[i] = Config(node_id=i, members=specs, incarnation=1, key_file=kf,
                                      gossip_interval=0.02, store_entries=1 << 14, **kw)
             self.E[i] = self.net.add(self.configs[i])
+            if variant == "atomic" and i != LOGGER:
+                from rpbcast.protocol.atomic import AtomicDelivery
+                self.E[i].add_extension(AtomicDelivery(os.path.join(directory, f"atomic{i}")))
         self.pub = self.E[GENUINE]
         self.published = {}            # seq -> payload
         self.got = {i: collections.Counter() for i in MEMBERS if i != GENUINE}
@@ -618,13 +628,14 @@ def reached(h):
     return {k: v for k, v in got.items() if v}
 
 
-def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadline=None):
+def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadline=None, variants=None):
     """One episode: a fresh group, `batches` batches of injections (fewer
     if the wall-clock deadline comes first), then the group settles and
     exactly-once is checked.  Deterministic for (seed, k, batches run)."""
     with tempfile.TemporaryDirectory(prefix="rpbcast-fuzz-engine-") as tmp:
         es = episode_seed(seed, k)
-        h = Harness(es, tmp, touch_genuine=touch_genuine)
+        variants = variants or Harness.VARIANTS
+        h = Harness(es, tmp, touch_genuine=touch_genuine, variant=variants[k % len(variants)])
         h.episode = k
         while h.batches < batches and (deadline is None or time.monotonic() < deadline or h.batches < 4):
             if h.batches == batches // 2:
@@ -637,7 +648,7 @@ def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadlin
             rx.update(e.node.rx_reasons())
         h.reached = reached(h)
         unreached = sorted(t.name for t in T if t.name.lower() not in h.reached)
-        print(f"episode {k} (seed {es}): {fuzzed} batches, {h.injected} datagrams, {len(h.published)} genuine messages, "
+        print(f"episode {k} (seed {es}, {h.variant}): {fuzzed} batches, {h.injected} datagrams, {len(h.published)} genuine messages, "
               f"peak streams {h.peak['streams']}, peak outbox {h.peak['outbox']}, "
               f"rejected {dict(rx)}, types never accepted {unreached or 'none'}, "
               f"findings {len(h.findings)}", file=out, flush=True)
@@ -648,7 +659,7 @@ def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadlin
 
 
 def run(seed, seconds, artifacts=None, touch_genuine=False, episodes=None, batches=60, settle=2.0,
-        out=None):
+        out=None, variants=None):
     """Episodes of `batches` batches each until `seconds` of wall time have
     passed (or `episodes` ran).  Returns [(kind, text, datagrams)], the
     findings, and the per-episode summaries."""
@@ -658,7 +669,7 @@ def run(seed, seconds, artifacts=None, touch_genuine=False, episodes=None, batch
     k = 0
     while (episodes is None and time.monotonic() < t_end) or (episodes is not None and k < episodes):
         h = run_episode(seed, k, batches, settle, touch_genuine, artifacts, out,
-                        deadline=None if episodes is not None else t_end)
+                        deadline=None if episodes is not None else t_end, variants=variants)
         for f in h.findings:
             key = (f[0], f[1].splitlines()[0])
             if key not in seen:
@@ -677,16 +688,22 @@ def main(argv=None):
     ap.add_argument("--batches", type=int, default=60, help="batches per episode")
     ap.add_argument("--episode", type=int, default=None, help="replay only episode K of the seed")
     ap.add_argument("--artifacts", default="fuzz-artifacts", help="where findings are written")
+    ap.add_argument("--variants", default=",".join(Harness.VARIANTS),
+                    help="group configurations, episode k runs the (k mod n)-th: " + ", ".join(Harness.VARIANTS))
     ap.add_argument("--touch-genuine", action="store_true",
                     help="also forge the genuine stream (checks at-most-once and payloads only)")
     a = ap.parse_args(argv)
+    variants = tuple(x for x in a.variants.split(",") if x)
+    if not variants or set(variants) - set(Harness.VARIANTS):
+        ap.error(f"--variants: choose from {', '.join(Harness.VARIANTS)}")
     seed = a.seed if a.seed is not None else int(time.time()) & 0xFFFFFFFF
     from rpbcast.core import node
     print(f"fuzz_engine: seed {seed}, budget {a.seconds:g} s, core {os.path.dirname(node.__file__)}", flush=True)
     if a.episode is not None:
-        h = run_episode(seed, a.episode, a.batches, 2.0, a.touch_genuine, a.artifacts, sys.stdout)
+        h = run_episode(seed, a.episode, a.batches, 2.0, a.touch_genuine, a.artifacts, sys.stdout,
+                        variants=variants)
         return 1 if h.findings else 0
-    findings = run(seed, a.seconds, a.artifacts, a.touch_genuine, a.episodes, a.batches)
+    findings = run(seed, a.seconds, a.artifacts, a.touch_genuine, a.episodes, a.batches, variants=variants)
     return 1 if findings else 0
 
 

@@ -1,10 +1,12 @@
 """Regression tests for what the engine fuzzer (fuzz/fuzz_engine.py) found:
 each is the smallest input that reproduced a finding, with the behaviour
 that must hold instead."""
+import os
+
 import pytest
 
 from rpbcast import Config, MemberSpec
-from rpbcast.core import wire
+from rpbcast.core import digest, wire
 from rpbcast.protocol.engine import Engine
 from rpbcast.protocol.membership import MEMBER, MemberTable, Member
 
@@ -51,3 +53,38 @@ def test_the_membership_signature_folds_a_u64_freshness_the_same_on_every_node()
     c = MemberTable(1)
     c.upsert(Member(3, 1, MEMBER, 0, 3, 2, 2**64 - 2, 0))
     assert a.signature == b.signature != c.signature
+
+
+def resident_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+# FIFO delivery (delivery = "fifo", and so FIFO-SRB) keeps a per-stream
+# delivery queue that is a ring indexed by sequence number (csrc/srb.c,
+# rp_srbq_t), up to 2^26 slots.  A DATA far ahead (within max_gap, 2^32 by
+# default) reserves the ring up to it, and a GAPNOTE over the range makes
+# rp_node_forget (csrc/node.c) mark the ids one by one: fuzz_engine's
+# fifo-srb variant (seed 3, episode 2) grew RSS by 1.5 GB and spent 11 s in
+# one GAPNOTE.  Two messages of stream 2 at seq 0 and 2^26-10 and one
+# GAPNOTE make 1.5 GB resident and take 4 s; at 2^31 the ring cannot grow,
+# the DATA is still accepted and the GAPNOTE walks 2^31 ids (minutes, one
+# datagram).  The fix is the queue's: no allocation or walk by sequence
+# range (purged ranges as intervals, the ring bounded by what the store can
+# hold), part of the bounded-state work of issue 14 in node.c/srb.c.
+@pytest.mark.xfail(strict=True, reason="FIFO delivery queue allocates and walks by sequence range "
+                                       "(csrc/srb.c ring, rp_node_forget marks id by id)")
+def test_a_fifo_stream_far_ahead_and_a_gapnote_do_not_cost_memory_by_sequence_range():
+    specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3)]
+    e = Engine(Config(node_id=1, members=specs, incarnation=1, delivery="fifo"), 0)
+    far = 1 << 22
+    before = resident_mb()
+    d = wire.datagram([(T.DATA, 0, 2, 1, 0, 0, b"a"), (T.DATA, 0, 2, 1, 0, far, b"b")],
+                      group=1, source=2, source_inc=1)
+    e.receive_datagram(d, 2, MS)
+    lost = digest.encode([[1, far - 1]], 0, far)[0]
+    g = wire.datagram([(T.GAPNOTE, wire.F_LOST, 2, 1, 0, 0, wire.missing_section(2, 1, lost))],
+                      group=1, source=2, source_inc=1)
+    e.receive_datagram(g, 2, 2 * MS)
+    assert [m.seq for m in e.recv(now=3 * MS)] == [0, far]     # both delivered, in order
+    assert resident_mb() - before < 16                            # 4 M slots would be ~100 MB
