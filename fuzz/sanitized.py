@@ -66,6 +66,23 @@ def _skip(info):
     return info
 
 
+def cython_path(work):
+    """Where the build finds Cython: None if it is importable here; else a
+    directory under work where pip installs it once (`pip install -e .`
+    builds the extensions in an isolated environment, so a test
+    environment need not have Cython)."""
+    try:
+        import Cython  # noqa: F401
+        return None
+    except ImportError:
+        pass
+    target = os.path.join(work, "buildtools")
+    if not os.path.isdir(os.path.join(target, "Cython")):
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", target, "cython>=3.0"],
+                       check=True)
+    return target
+
+
 def build(work=None, log=sys.stderr):
     """The sanitized copy's directory, building it if needed."""
     work = work or os.environ.get("FUZZ_WORK", "/tmp/rpbcast-fuzz")
@@ -83,6 +100,9 @@ def build(work=None, log=sys.stderr):
     os.unlink(tmp)
     env = dict(os.environ, RPBCAST_DEBUG="1", RPBCAST_ONLY=",".join(CORE))
     env.pop("CFLAGS", None)
+    tools = cython_path(work)
+    if tools:
+        env["PYTHONPATH"] = tools
     with open(os.path.join(d, "build.log"), "w") as out:
         r = subprocess.run([sys.executable, "setup.py", "-q", "build_clib", "build_ext", "--inplace", "-j2"],
                            cwd=d, env=env, stdout=out, stderr=subprocess.STDOUT)
