@@ -353,6 +353,47 @@ def flip_bytes(v, d: bytes) -> bytes:
     return bytes(d)
 
 
+def names(d: bytes, node_id: int) -> bool:
+    """Whether a datagram that parses speaks for or about node_id: the
+    header's source, a message's sender, or a stream in a section, entry
+    list or member entry."""
+    try:
+        h, msgs = wire.parse(d)
+    except wire.WireError:
+        return False
+    if h.source == node_id:
+        return True
+    for m in msgs:
+        if m.sender == node_id:
+            return True
+        try:
+            ids = []
+            if m.type == T.GOSSIP:
+                secs = wire.read_gossip(m.body)[3]
+            elif m.type in (T.RTX, T.GCNOTE, T.GAPNOTE):
+                secs = wire.sections(m.body)
+            else:
+                secs = []
+            for kind, _, data in secs:
+                if kind == S.MISSING:
+                    ids.append(wire.read_missing(data)[0])
+                elif kind == S.LASTSEEN:
+                    ids += [e[0] for e in wire.read_hb_entries(data)]
+                elif kind == S.STABILITY:
+                    ids += [x[0] for x in wire.read_stability(data)[1]]
+            if m.type == T.HBLIST:
+                ids += [e[0] for e in wire.read_hb_entries(m.body)]
+            elif m.type in (T.JOIN, T.MEMBERS):
+                ids += [e.id for e in wire.read_members(m.body)]
+            elif m.type == T.STABILITY:
+                ids += [e[0] for e in wire.read_stability_body(m.body)[1]]
+        except (ValueError, struct.error, IndexError):
+            return True            # cannot tell: treat it as naming it
+        if node_id in ids:
+            return True
+    return False
+
+
 class Generator:
     def __init__(self, v: Values, group: int):
         self.v = v
@@ -390,7 +431,9 @@ class Generator:
         if d is None:
             d = wire.datagram([(T.PAD, 0, 0, 0, 0, 0, b"")], group=group, source=src, source_inc=sinc)
         if rng.random() < 0.1:
-            d = flip_bytes(v, d)
+            flipped = flip_bytes(v, d)
+            # a flip must not forge what the builders never name
+            d = flipped if v.touch or not names(flipped, GENUINE) else d
         return d
 
 
@@ -647,10 +690,14 @@ def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadlin
         for e in h.E.values():
             rx.update(e.node.rx_reasons())
         h.reached = reached(h)
+        work = collections.Counter()
+        for e in h.E.values():
+            c = e.node.counters()
+            work.update({k: c[k] for k in ("served", "gaps", "forgotten", "logged", "rx_far", "rx_dup")})
         unreached = sorted(t.name for t in T if t.name.lower() not in h.reached)
         print(f"episode {k} (seed {es}, {h.variant}): {fuzzed} batches, {h.injected} datagrams, {len(h.published)} genuine messages, "
               f"peak streams {h.peak['streams']}, peak outbox {h.peak['outbox']}, "
-              f"rejected {dict(rx)}, types never accepted {unreached or 'none'}, "
+              f"rejected {dict(rx)}, node work {dict(work)}, types never accepted {unreached or 'none'}, "
               f"findings {len(h.findings)}", file=out, flush=True)
         if h.findings and artifacts:
             write_artifacts(artifacts, f"{seed}-ep{k}", h.findings)
