@@ -18,7 +18,8 @@ Invariants, checked after every batch:
   * memory bounded: streams per node, outbox datagrams, this process's RSS;
   * every delivery of member 1's stream carries the genuine payload and no
     id is delivered twice; after the fuzzing stops and the group settles,
-    every receiver has every genuine message exactly once.
+    member 1 can still publish and every receiver has every genuine
+    message exactly once.
 The fuzzer forges nothing about the genuine stream: no header source, message
 sender, section entry, member entry or digest stream names member 1 (that
 is the authority work of issue 14: who may speak for a stream).  So the
@@ -481,6 +482,7 @@ class Harness:
                 self.E[i].add_extension(AtomicDelivery(os.path.join(directory, f"atomic{i}")))
         self.pub = self.E[GENUINE]
         self.published = {}            # seq -> payload
+        self.blocked_since = None      # virtual time the publisher's flow control first refused
         self.got = {i: collections.Counter() for i in MEMBERS if i != GENUINE}
         self.findings = []             # (kind, text, batch datagrams)
         self.seen_kinds = set()
@@ -498,7 +500,10 @@ class Harness:
             try:
                 e.publish(payload, now=self.net.now)
             except BlockingIOError:
+                if self.blocked_since is None:
+                    self.blocked_since = self.net.now
                 return
+            self.blocked_since = None
             self.published[seq] = payload
 
     def collect(self, batch_dgrams):
@@ -617,12 +622,17 @@ class Harness:
             self.finding("memory", f"RSS grew {grown:.0f} MB > {self.caps['rss_mb']} MB", dgrams)
 
     def settle(self, seconds=3.0):
-        """Stop fuzzing, let repair finish, then check exactly-once."""
+        """Stop fuzzing, let repair finish, then check that the publisher is
+        not blocked for good and exactly-once."""
         end = self.net.now + int(seconds * NS)
         while self.net.now < end:
+            self.publish(1)             # at least one try per step: is flow control still open?
             self.step(inject=False)
-            if all(set(c) >= set(self.published) for c in self.got.values()) and self.net.now > end - 2 * NS:
+            if self.blocked_since is None and all(set(c) >= set(self.published) for c in self.got.values()):
                 break
+        if self.blocked_since is not None and self.net.now - self.blocked_since > NS:
+            self.finding("publish blocked", f"member {GENUINE} cannot publish for "
+                         f"{(self.net.now - self.blocked_since) / NS:.1f} s", [])
         if self.touch:
             return
         for i, cnt in self.got.items():

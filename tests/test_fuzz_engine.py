@@ -102,6 +102,19 @@ def test_the_checks_catch_what_they_guard(tmp_path):
     assert {"exception", "forged payload", "lost", "memory"} <= kinds, h.findings
 
 
+def test_a_publisher_blocked_for_good_is_a_finding(tmp_path):
+    h = fe.Harness(3, str(tmp_path))
+    for _ in range(3):
+        h.step(inject=False)
+    assert h.published
+
+    def refuse(*a, **kw):
+        raise BlockingIOError("flow control")
+    h.pub.publish = refuse
+    h.settle(2.0)
+    assert [k for k, _, _ in h.findings] == ["publish blocked"]
+
+
 def test_the_fuzzer_finds_nothing_in_a_seeded_run(tmp_path, capsys):
     found = fe.run(12345, seconds=8, artifacts=str(tmp_path / "art"), episodes=None, batches=30,
                    variants=CI_VARIANTS.split(","))
