@@ -451,7 +451,10 @@ class Harness:
     """A keyed group on the in-memory network, a genuine publisher, the
     fuzzer's injections and the invariant checks."""
 
-    VARIANTS = ("plain", "atomic", "fifo-srb")
+    # fifo-srb-gap: FIFO-SRB with max_gap 4096, so the FIFO queue's span
+    # grows by at most 4096 ids per DATA (fifo-srb with the default 2^32
+    # finds the queue's allocation by sequence range at once)
+    VARIANTS = ("plain", "atomic", "fifo-srb", "fifo-srb-gap")
 
     def __init__(self, seed, directory, touch_genuine=False, streams_cap=1 << 15,
                  outbox_cap=1 << 14, rss_cap_mb=1024, batch=16, variant="plain"):
@@ -472,8 +475,10 @@ class Harness:
         self.E, self.configs = {}, {}
         for i in ids:
             kw = dict(role="logger", log_dir=os.path.join(directory, "log")) if i == LOGGER else {}
-            if variant == "fifo-srb":
+            if variant.startswith("fifo-srb"):
                 kw.update(srb_window=4096, delivery="fifo")
+            if variant == "fifo-srb-gap":
+                kw.update(max_gap=4096)
             self.configs[i] = Config(node_id=i, members=specs, incarnation=1, key_file=kf,
                                      gossip_interval=0.02, store_entries=1 << 14, **kw)
             self.E[i] = self.net.add(self.configs[i])
