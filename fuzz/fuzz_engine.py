@@ -743,7 +743,7 @@ def run(seed, seconds, artifacts=None, touch_genuine=False, episodes=None, batch
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--seed", type=int, default=None, help="default: from the clock (printed)")
     ap.add_argument("--seconds", type=float, default=30.0, help="fuzzing budget in wall-clock seconds")
     ap.add_argument("--episodes", type=int, default=None, help="run exactly this many episodes")
