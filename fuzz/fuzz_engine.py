@@ -50,7 +50,7 @@ import traceback
 
 import numpy as np
 
-from rpbcast.config import Config, MemberSpec
+from rpbcast.config import Config
 from rpbcast.core import digest, wire
 from rpbcast.drivers.memnet import NS, MemNet
 
@@ -457,7 +457,7 @@ class Harness:
     VARIANTS = ("plain", "atomic", "fifo-srb", "fifo-srb-gap")
 
     def __init__(self, seed, directory, touch_genuine=False, streams_cap=1 << 15,
-                 outbox_cap=1 << 14, rss_cap_mb=1024, batch=16, variant="plain"):
+                 outbox_cap=1 << 14, rss_cap_mb=1024, batch=16, variant="plain", loss=0.0):
         self.rng = random.Random(seed)
         self.v = Values(random.Random(self.rng.getrandbits(64)), touch_genuine)
         self.sealer = Sealer(counter0=self.rng.getrandbits(40))
@@ -465,7 +465,8 @@ class Harness:
         self.batch = batch
         self.caps = dict(streams=streams_cap, outbox=outbox_cap, rss_mb=rss_cap_mb)
         self.touch = touch_genuine
-        self.net = MemNet(seed=self.rng.getrandbits(32))
+        # loss > 0: the genuine stream needs repairs while the fuzzer injects
+        self.net = MemNet(seed=self.rng.getrandbits(32), loss=loss)
         ids = MEMBERS + (LOGGER,)
         specs = MemNet.member_specs(ids, loggers=(LOGGER,))
         kf = key_file(directory)
@@ -686,14 +687,15 @@ def reached(h):
     return {k: v for k, v in got.items() if v}
 
 
-def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadline=None, variants=None):
+def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadline=None, variants=None,
+                loss=0.0):
     """One episode: a fresh group, `batches` batches of injections (fewer
     if the wall-clock deadline comes first), then the group settles and
     exactly-once is checked.  Deterministic for (seed, k, batches run)."""
     with tempfile.TemporaryDirectory(prefix="rpbcast-fuzz-engine-") as tmp:
         es = episode_seed(seed, k)
         variants = variants or Harness.VARIANTS
-        h = Harness(es, tmp, touch_genuine=touch_genuine, variant=variants[k % len(variants)])
+        h = Harness(es, tmp, touch_genuine=touch_genuine, variant=variants[k % len(variants)], loss=loss)
         h.episode = k
         while h.batches < batches and (deadline is None or time.monotonic() < deadline or h.batches < 4):
             if h.batches == batches // 2:
@@ -721,7 +723,7 @@ def run_episode(seed, k, batches, settle, touch_genuine, artifacts, out, deadlin
 
 
 def run(seed, seconds, artifacts=None, touch_genuine=False, episodes=None, batches=60, settle=2.0,
-        out=None, variants=None):
+        out=None, variants=None, loss=0.0):
     """Episodes of `batches` batches each until `seconds` of wall time have
     passed (or `episodes` ran).  Returns [(kind, text, datagrams)], the
     findings, and the per-episode summaries."""
@@ -731,7 +733,7 @@ def run(seed, seconds, artifacts=None, touch_genuine=False, episodes=None, batch
     k = 0
     while (episodes is None and time.monotonic() < t_end) or (episodes is not None and k < episodes):
         h = run_episode(seed, k, batches, settle, touch_genuine, artifacts, out,
-                        deadline=None if episodes is not None else t_end, variants=variants)
+                        deadline=None if episodes is not None else t_end, variants=variants, loss=loss)
         for f in h.findings:
             key = (f[0], f[1].splitlines()[0])
             if key not in seen:
@@ -752,6 +754,9 @@ def main(argv=None):
     ap.add_argument("--artifacts", default="fuzz-artifacts", help="where findings are written")
     ap.add_argument("--variants", default=",".join(Harness.VARIANTS),
                     help="group configurations, episode k runs the (k mod n)-th: " + ", ".join(Harness.VARIANTS))
+    ap.add_argument("--loss", type=float, default=0.0,
+                    help="datagram loss on the in-memory network (repairs of the genuine stream then "
+                         "depend on membership, which key holders can still forge: see README)")
     ap.add_argument("--touch-genuine", action="store_true",
                     help="also forge the genuine stream (checks at-most-once and payloads only)")
     a = ap.parse_args(argv)
@@ -763,9 +768,10 @@ def main(argv=None):
     print(f"fuzz_engine: seed {seed}, budget {a.seconds:g} s, core {os.path.dirname(node.__file__)}", flush=True)
     if a.episode is not None:
         h = run_episode(seed, a.episode, a.batches, 2.0, a.touch_genuine, a.artifacts, sys.stdout,
-                        variants=variants)
+                        variants=variants, loss=a.loss)
         return 1 if h.findings else 0
-    findings = run(seed, a.seconds, a.artifacts, a.touch_genuine, a.episodes, a.batches, variants=variants)
+    findings = run(seed, a.seconds, a.artifacts, a.touch_genuine, a.episodes, a.batches, variants=variants,
+                   loss=a.loss)
     return 1 if findings else 0
 
 
