@@ -82,7 +82,10 @@ class MemberTable:
     def _resign(self, m: Member):
         slot = self._slots.setdefault(m.node_id, len(self._slots))
         # What the signature covers: who, which incarnation, in what state.
-        self._sig.set(slot, m.node_id, m.inc, (m.freshness << 8) | (m.status << 4) | m.role)
+        # A peer's freshness is any u64: keep the packed word in 64 bits (it
+        # is only hashed, and every node folds it the same way).
+        self._sig.set(slot, m.node_id, m.inc,
+                      ((m.freshness << 8) | (m.status << 4) | m.role) & 0xFFFFFFFFFFFFFFFF)
         self.version += 1
 
     @property

@@ -1,0 +1,110 @@
+"""Regression tests for what the engine fuzzer (fuzz/fuzz_engine.py) found:
+each is the smallest input that reproduced a finding, with the behaviour
+that must hold instead."""
+import os
+
+import pytest
+
+from rpbcast import Config, MemberSpec
+from rpbcast.core import digest, wire
+from rpbcast.protocol.engine import Engine
+from rpbcast.protocol.membership import MEMBER, MemberTable, Member
+
+T = wire.MsgType
+MS = 1_000_000
+
+
+def engine(node_id=1):
+    specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3)]
+    return Engine(Config(node_id=node_id, members=specs, incarnation=1, gossip_interval=0.01), 0)
+
+
+def entry(node_id, inc, freshness, status=MEMBER):
+    return wire.member_entry(wire.Member(node_id, inc, status, 0, 2, 0, 5, freshness, 0))
+
+
+# A member's freshness is a u64 on the wire.  The membership signature packed
+# it as (freshness << 8 | status << 4 | role) into a u64 argument, so any
+# freshness at or above 2^56 raised OverflowError out of receive_datagram
+# (fuzz_engine seed 3: a LEAVE with seq 2^62-1, a JOIN or MEMBERS entry with
+# a large freshness).
+@pytest.mark.parametrize("what", ["LEAVE", "JOIN", "MEMBERS"])
+@pytest.mark.parametrize("freshness", [2**56, 2**62 - 1])
+def test_a_huge_member_freshness_is_merged_not_raised(what, freshness):
+    e = engine()
+    if what == "LEAVE":
+        m = (T.LEAVE, 0, 2, 1, 0, freshness, b"")
+    elif what == "JOIN":
+        m = (T.JOIN, 0, 2, 1, 0, freshness, entry(2, 1, freshness))
+    else:
+        m = (T.MEMBERS, wire.F_PUSH, 2, 1, 1, 0, entry(2, 1, freshness))
+    d = wire.datagram([m], group=1, source=2, source_inc=1)
+    assert e.receive_datagram(d, 2, MS) == wire.Reason.OK
+    assert e.members.get(2).freshness == freshness          # merged: the newest entry wins
+    for k in range(2, 30):                                   # gossip rounds carry the signature
+        e.handle_timer(k * 10 * MS)
+        e.datagrams_to_send()
+
+
+def test_the_membership_signature_folds_a_u64_freshness_the_same_on_every_node():
+    a, b = MemberTable(1), MemberTable(2)
+    for t in (a, b):
+        t.upsert(Member(3, 1, MEMBER, 0, 3, 2, 2**64 - 1, 0))
+    c = MemberTable(1)
+    c.upsert(Member(3, 1, MEMBER, 0, 3, 2, 2**64 - 2, 0))
+    assert a.signature == b.signature != c.signature
+
+
+def resident_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+# FIFO delivery (delivery = "fifo", and so FIFO-SRB) keeps a per-stream
+# delivery queue that is a ring indexed by sequence number (csrc/srb.c,
+# rp_srbq_t), up to 2^26 slots.  A DATA far ahead (within max_gap, 2^32 by
+# default) reserves the ring up to it, and a GAPNOTE over the range makes
+# rp_node_forget (csrc/node.c) mark the ids one by one: fuzz_engine's
+# fifo-srb variant (seed 3, episode 2) grew RSS by 1.5 GB and spent 11 s in
+# one GAPNOTE.  Two messages of stream 2 at seq 0 and 2^26-10 and one
+# GAPNOTE make 1.5 GB resident and take 4 s; at 2^31 the ring cannot grow,
+# the DATA is still accepted and the GAPNOTE walks 2^31 ids (minutes, one
+# datagram).  The fix is the queue's: no allocation or walk by sequence
+# range (purged ranges as intervals, the ring bounded by what the store can
+# hold), part of the bounded-state work of issue 14 in node.c/srb.c.
+@pytest.mark.xfail(strict=True, reason="FIFO delivery queue allocates and walks by sequence range "
+                                       "(csrc/srb.c ring, rp_node_forget marks id by id)")
+def test_a_fifo_stream_far_ahead_and_a_gapnote_do_not_cost_memory_by_sequence_range():
+    specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3)]
+    e = Engine(Config(node_id=1, members=specs, incarnation=1, delivery="fifo"), 0)
+    far = 1 << 22
+    before = resident_mb()
+    d = wire.datagram([(T.DATA, 0, 2, 1, 0, 0, b"a"), (T.DATA, 0, 2, 1, 0, far, b"b")],
+                      group=1, source=2, source_inc=1)
+    e.receive_datagram(d, 2, MS)
+    lost = digest.encode([[1, far - 1]], 0, far)[0]
+    g = wire.datagram([(T.GAPNOTE, wire.F_LOST, 2, 1, 0, 0, wire.missing_section(2, 1, lost))],
+                      group=1, source=2, source_inc=1)
+    e.receive_datagram(g, 2, 2 * MS)
+    assert [m.seq for m in e.recv(now=3 * MS)] == [0, far]     # both delivered, in order
+    assert resident_mb() - before < 16                            # 4 M slots would be ~100 MB
+
+
+# With 2 % loss (fuzz_engine --loss 0.02, seed 8, episodes 8, 11 and 17) a
+# receiver stopped delivering the genuine stream for good: a MEMBERS entry
+# from a key holder moved the logger (node 4) to incarnation 2^32-1,
+# freshness 2^62-1 and a made-up address, so the receiver's requests to the
+# logger went nowhere and no real entry could ever be fresher.  This is the
+# authority item of issue 14 (a member speaks only for itself; group.py),
+# worked on in parallel: the fuzzer runs with no loss in CI until it lands.
+@pytest.mark.xfail(strict=True, reason="a key holder's MEMBERS entry can move another member "
+                                       "(authority, issue 14, group.py)")
+def test_a_members_entry_from_another_member_cannot_move_the_logger():
+    specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3), MemberSpec(4, 4, "logger")]
+    e = Engine(Config(node_id=3, members=specs, incarnation=1, gossip_interval=0.01), 0)
+    before = e.members.get(4)
+    moved = wire.member_entry(wire.Member(4, 2**32 - 1, MEMBER, 1, 9, 0x0A000042, 5, 2**62 - 1, 0))
+    d = wire.datagram([(T.MEMBERS, wire.F_PUSH, 2, 1, 1, 0, moved)], group=1, source=2, source_inc=1)
+    assert e.receive_datagram(d, 2, MS) == wire.Reason.OK
+    now = e.members.get(4)
+    assert (now.inc, now.addr) == (before.inc, before.addr)
