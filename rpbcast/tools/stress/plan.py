@@ -82,9 +82,20 @@ def node_ids(args, use_ns, hosts=False):
     return senders, receivers, loggers, addrs
 
 
+# What holds a baseline sender back (its paper's flow control): the run
+# reports it; the baselines' own send buffers ignore Config.flow_control.
+BASELINE_FLOW = {"pbcast": "none (pbcast: messages live gc_limit gossip rounds)",
+                 "lbrm": "the logger's acknowledgments (lbrm)",
+                 "srm": "none (srm: members keep messages buffer_time for repairs)"}
+
+
 def flow_control_of(args, loggers):
     """Config.flow_control for the run: --flow-control, or with auto the
-    loggers' acknowledgments when there are loggers, else the receivers'."""
+    loggers' acknowledgments when there are loggers, else the receivers'
+    (a baseline: what its paper has, BASELINE_FLOW)."""
+    protocol = getattr(args, "protocol", "rpbcast")
+    if protocol != "rpbcast":
+        return BASELINE_FLOW[protocol]
     if args.flow_control != "auto":
         return args.flow_control
     return "loggers" if loggers else "receivers"
@@ -99,7 +110,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
            "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
            "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
            "drop_rate": args.loss if (args.loss and not plan.use_ns) else 0.0,
-           "flow_control": plan.flow_control,
+           "flow_control": plan.flow_control if plan.flow_control in ("loggers", "receivers") else "loggers",
+           "protocol": getattr(args, "protocol", "rpbcast"),
            # a restarted node must come back as a new incarnation, however soon
            "state_dir": os.path.join(plan.work, "state")}
     if getattr(args, "flow_timeout", None):
