@@ -3,7 +3,8 @@ real-socket groups (`rpbcast stress --protocol P`), 1 % kernel loss, on one
 host's loopback and between hosts on a bridge (--hosts), several runs of
 each, the protocols interleaved run by run (root: namespaces).
 
-    sudo python bench/protocols_wire.py --runs 3 [--rate 0] [--duration 3] [--json runs.json]
+    sudo python bench/protocols_wire.py --runs 3 --rate 100000 [--duration 3] [--json runs.json]
+    sudo python bench/protocols_wire.py --runs 3 --rate 0        # as fast as each sender goes
     python bench/protocols_wire.py --from-json runs.json          # re-print the table
 
 Prints a markdown table of medians over the runs: messages/s delivered by
@@ -52,7 +53,8 @@ def table(results):
             if not rs:
                 continue
             s = [r["s"] for r in rs]
-            frac = med([x.get("delivered_fraction") for x in s]) or 0.0
+            # a run whose receivers never reported (hung) delivered nothing checkable
+            frac = med([x.get("delivered_fraction") or 0.0 for x in s])
             p50, p99 = med([x["latency_p50"] for x in s]), med([x["latency_p99"] for x in s])
             rows.append(f"| {setting} | {p} | {s[0]['loggers']} | {med([x['recv_rate_min'] for x in s]):,.0f} "
                         f"| {frac:.4f} | {med([x.get('given_up_ids', 0) for x in s]):,.0f} "

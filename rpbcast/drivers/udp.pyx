@@ -15,7 +15,7 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.errno cimport errno
-from posix.unistd cimport read, write
+from posix.unistd cimport read, write, usleep
 
 from rpbcast.core.csrc cimport *
 from rpbcast.core.node cimport (Deliveries, Node, check_batch, labels_ptr, publish_label,
@@ -43,6 +43,7 @@ cdef extern from "udpio.h" nogil:
 RAW_MAX_WAIT_NS = 5_000_000     # the raw loop polls the sockets only: it looks at
                                 # the timer a publish set at least this often
 RAW_MAX_BATCHES = 16            # receive batches per socket per iteration
+DEF RAW_YIELD_US = 50           # after an iteration with input: the application's turn
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -309,6 +310,12 @@ cdef class Transport:
             self.loop.next_timer = rp_now_ns() + 10_000_000
         finally:
             rp_loop_unlock(&self.loop)
+        if got:
+            # Mutex and GIL are not fair: a loop that finds input at once
+            # again would take both back before the application's recv
+            # (waiting for them) ever runs, and nothing is delivered.
+            with nogil:
+                usleep(RAW_YIELD_US)
         return got
 
     cdef _raw_deliver(self, int64_t now):

@@ -116,6 +116,11 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
            "state_dir": os.path.join(plan.work, "state")}
     if getattr(args, "flow_timeout", None):
         cfg["flow_timeout"] = args.flow_timeout
+    if cfg["protocol"] in ("pbcast", "srm"):
+        # what a pbcast or SRM member keeps is its protocol's rule (gc_limit
+        # rounds; buffer_time), not rpbcast's byte bound on the gossip
+        # buffer: the whole store may hold it
+        cfg["gossip_buffer_bytes"] = cfg["store_bytes"]
     if plan.hosts:
         from rpbcast.tools.netns import HostNet
         cfg.update(interface=HostNet.DEV, ttl=1)

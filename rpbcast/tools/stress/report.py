@@ -109,6 +109,7 @@ def delivered_fractions(args, finals, receivers, sent):
     for i in receivers:
         f = finals.get(i)
         if f is None:
+            per[i] = 0.0        # no final report: nothing it delivered can be confirmed
             continue
         have = sum(c.get("delivered", 0) for c in f["check"].values())       # distinct ids
         per[i] = have / sent if sent else None
@@ -179,6 +180,11 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
     hist = np.sum([np.array(f["hist"]) for f in recv], axis=0) if recv else np.zeros(1)
     semantic = bool(args.srb_window)
     bad = delivery_problems(recv, semantic)
+    for i in receivers:
+        if i not in finals:
+            # never answered the stop: hung (a control plane that held its
+            # node), or dead -- nothing it delivered can be checked
+            bad[f"receiver {i}"] = "no final report (hung or killed)"
 
     def tot(key, ids):
         return sum(finals[i]["stats"].get(key, 0) for i in ids if i in finals)
