@@ -8,7 +8,7 @@ from typing import Optional
 from rpbcast.config import PROTOCOLS
 from rpbcast.tools import netns
 from rpbcast.tools.stress import faults
-from rpbcast.tools.stress.plan import make_plan
+from rpbcast.tools.stress.plan import make_plan, resolve_loggers
 from rpbcast.tools.stress.run import run
 
 
@@ -95,15 +95,12 @@ def add_parsers(sub):
     p.set_defaults(func=main)
 
 
-# What each protocol's paper gives it (docs/protocols.md, "On real sockets"):
-# its loggers by default, and how many it can have.
-DEFAULT_LOGGERS = {"rpbcast": 1, "lbrm": 1, "pbcast": 0, "srm": 0}
+# How many loggers each baseline's paper gives it (docs/protocols.md, "On
+# real sockets"; the default is plan.DEFAULT_LOGGERS).
 ALLOWED_LOGGERS = {"lbrm": (1,), "pbcast": (0,), "srm": (0,)}
 
 
 def main(args):
-    if args.loggers is None:
-        args.loggers = DEFAULT_LOGGERS[args.protocol]
     use_ns = args.transport in ("auto", "multicast") and netns.available()
     problem = check_args(args, use_ns)
     if problem:
@@ -116,6 +113,7 @@ def main(args):
 
 def check_args(args, use_ns) -> Optional[str]:
     """What is wrong with the options, in a sentence (None if nothing)."""
+    resolve_loggers(args)
     if args.size < 8:
         return "--size must be at least 8 (the payload carries its send time)"
     if args.protocol != "rpbcast":

@@ -43,9 +43,21 @@ class Plan:
         return {netaddr.addr_of(a): i for i, a in self.addrs.items()}
 
 
+# Loggers by default: what each protocol's paper gives it (docs/protocols.md).
+DEFAULT_LOGGERS = {"rpbcast": 1, "lbrm": 1, "pbcast": 0, "srm": 0}
+
+
+def resolve_loggers(args):
+    """--loggers, or the protocol's default when not given."""
+    if getattr(args, "loggers", None) is None:
+        args.loggers = DEFAULT_LOGGERS[getattr(args, "protocol", "rpbcast")]
+    return args.loggers
+
+
 def make_plan(args, use_ns) -> Plan:
     """The run's plan; makes its run directory (a temporary one unless
     --run-dir)."""
+    resolve_loggers(args)
     hosts = bool(getattr(args, "hosts", False))
     transport = "multicast" if use_ns else "unicast"
     if not args.loss:
