@@ -246,3 +246,43 @@ def test_stress_refuses_what_a_baseline_cannot_run(tmp_path, argv, why):
     r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--quiet", "--transport", "unicast", *argv],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and why in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- the report's pieces
+
+from types import SimpleNamespace                                   # noqa: E402
+
+import numpy as np                                                  # noqa: E402
+from hypothesis import given, settings                              # noqa: E402
+from hypothesis import strategies as st                             # noqa: E402
+
+from rpbcast.tools.stress.tally import Tally                        # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 200), data=st.data())
+def test_a_pbcast_receiver_is_done_exactly_when_every_id_was_delivered_or_given_up(n, data):
+    # reference: a set of ids accounted for
+    delivered = data.draw(st.sets(st.integers(0, n + 20)))
+    lost = data.draw(st.lists(st.tuples(st.integers(0, n + 20), st.integers(0, 30)), max_size=6))
+    lost = [(lo, lo + k) for lo, k in lost]
+    t = Tally()
+    arr = np.zeros(n + 21, np.uint8)
+    arr[sorted(delivered)] = 1
+    t.counts[(1, 7)] = arr
+    covered = set(delivered) | {q for lo, hi in lost for q in range(lo, hi + 1)}
+    assert t.accounted({(1, 7): n}, {(1, 7): lost}) == all(q in covered for q in range(n))
+    assert t.accounted({(1, 7): n}, {(1, 8): lost}) == all(q in delivered for q in range(n))
+
+
+def test_the_delivered_fraction_is_the_worst_receivers_and_a_silent_receiver_counts_zero():
+    from rpbcast.tools.stress.report import delivered_fractions
+    args = SimpleNamespace(protocol="pbcast")
+    finals = {2: {"check": {"1/5": {"delivered": 900}, "4/5": {"delivered": 1000}}, "lost_ids": 100},
+              3: {"check": {"1/5": {"delivered": 1000}, "4/5": {"delivered": 1000}}, "lost_ids": 0}}
+    f = delivered_fractions(args, finals, [2, 3], 2000)
+    assert f["protocol"] == "pbcast" and f["guarantee"].startswith("probabilistic")
+    assert f["delivered_fraction"] == 0.95 and f["delivered_fraction_per_receiver"] == {2: 0.95, 3: 1.0}
+    assert f["given_up_ids"] == 100
+    # receiver 4 never sent its final report (hung): nothing of it is confirmed
+    assert delivered_fractions(args, finals, [2, 3, 4], 2000)["delivered_fraction"] == 0.0
