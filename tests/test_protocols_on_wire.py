@@ -190,6 +190,28 @@ def test_srm_suppresses_repairs_it_hears_from_others_on_the_wire():
                 x.close()
 
 
+def test_srm_over_unicast_fan_out_with_in_process_loss_delivers_every_message_once(tmp_path):
+    # No root: the raw loop's other branches -- a multicast destination sent
+    # to every member (transport "unicast"), and in-process receive loss.
+    n, ids = 2000, [1, 2, 3]
+    ports = {i: free_port() for i in ids}
+    specs = [MemberSpec(i, f"127.0.0.1:{ports[i]}") for i in ids]
+    nodes = {i: Node(Config(protocol="srm", node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs,
+                            transport="unicast", drop_rate=0.02 if i != 1 else 0.0, idle_after=0.002,
+                            store_entries=1 << 16)) for i in ids}
+    try:
+        publish(nodes[1], n)
+        for r in (2, 3):
+            got = collect(nodes[r], n, timeout=20)
+            assert len(got) == n and set(got.values()) == {1}, r
+        st = {r: nodes[r].transport.stats() for r in (2, 3)}
+        assert all(s["loop"]["dropped_in_process"] > 0 and s["loop"]["errors"] == 0 for s in st.values())
+        assert sum(s["gaps"] for s in st.values()) > 0 and sum(s["repairs_peer"] for s in st.values()) > 0
+    finally:
+        for x in nodes.values():
+            x.close()
+
+
 # ---------------------------------------------------------------- rpbcast stress --protocol
 
 def stress(*args, tmp_path):
