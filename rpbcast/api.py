@@ -34,6 +34,7 @@ from rpbcast import netaddr
 from rpbcast.config import Config, ConfigError, MemberSpec
 from rpbcast.core.node import NOLABEL
 from rpbcast.protocol.atomic import ATOMIC_LABEL, AtomicDelivery, AtomicMessage, AtomicOutcome
+from rpbcast.baselines import engine_for
 from rpbcast.protocol.engine import Engine
 from rpbcast.drivers.udp import SocketError, Transport
 
@@ -186,7 +187,9 @@ class Node:
         # mac_counter0, the wall clock: a keyed group's MAC nonce counter starts
         # beyond every counter an earlier run used (csrc/auth.h)
         self._t_start = time.monotonic_ns()
-        self.engine = Engine(ecfg, self._t_start, log=log, mac_counter0=time.time_ns())
+        # the engine Config.protocol names: rpbcast, or a baseline on the
+        # same data plane (rpbcast.baselines; docs/protocols.md)
+        self.engine = engine_for(ecfg, self._t_start, log=log, mac_counter0=time.time_ns())
         if resume:
             self.engine.resume(resume)
         if trace:

@@ -21,6 +21,7 @@ SELECTIONS = ("uniform", "linear", "quadratic")
 DELIVERY = ("unordered", "fifo")
 FLOW_CONTROL = ("loggers", "receivers")
 FSYNC = ("always", "interval", "never")
+PROTOCOLS = ("rpbcast", "pbcast", "lbrm", "srm")
 
 
 @dataclass
@@ -35,6 +36,17 @@ class MemberSpec:
 
 @dataclass
 class Config:
+    # the protocol the node runs (docs/protocols.md): "rpbcast", or one of
+    # the thesis's baselines on the same data plane -- "pbcast" (gossip,
+    # probabilistic: ids nobody holds any more are reported lost), "lbrm"
+    # (one logger, sender holds until it acknowledges), "srm" (multicast
+    # NACKs and repairs, no loggers).  The baselines need static membership
+    # (join = False); every member must run the same protocol.
+    protocol: str = "rpbcast"
+    # the protocol's own parameters (rpbcast.baselines: PbcastParams,
+    # LbrmParams, SrmParams); rpbcast takes none
+    protocol_params: dict = field(default_factory=dict)
+
     # identity
     group: int = 1
     node_id: int = 1
@@ -210,6 +222,13 @@ class Config:
              f"node_id must be an integer in 1..2**32-3, got {self.node_id!r}")
         need(self.incarnation is None or (isinstance(self.incarnation, int) and 0 <= self.incarnation < 2**32),
              f"incarnation must be None or an integer in 0..2**32-1, got {self.incarnation!r}")
+        need(isinstance(self.protocol, str) and self.protocol in PROTOCOLS,
+             f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        need(isinstance(self.protocol_params, dict) and all(isinstance(k, str) for k in self.protocol_params),
+             f"protocol_params must be a table of parameter names, got {self.protocol_params!r}")
+        need(self.protocol != "rpbcast" or not self.protocol_params,
+             f"protocol_params: rpbcast takes none (got {', '.join(sorted(self.protocol_params))}); "
+             "its settings are Config keys")
         need(self.role in ROLES, f"role must be one of {ROLES}, got {self.role!r}")
         need(self.selection in SELECTIONS, f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         need(self.delivery in DELIVERY, f"delivery must be one of {DELIVERY}, got {self.delivery!r}")

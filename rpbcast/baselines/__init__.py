@@ -15,9 +15,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from rpbcast.config import Config, ConfigError
-
-PROTOCOLS = ("rpbcast", "pbcast", "lbrm", "srm")
+from rpbcast.config import PROTOCOLS, Config, ConfigError
 
 
 def engine_class(protocol: str):
@@ -37,18 +35,30 @@ def engine_class(protocol: str):
 
 
 def make_engine(protocol: str, config: Config, now: int, rng: Optional[random.Random] = None,
-                log=None, **params):
+                log=None, mac_counter0=None, **params):
     """An engine for ``protocol`` ("rpbcast", "pbcast", "lbrm" or "srm").
 
     ``params`` are the protocol's own parameters (``PbcastParams``,
-    ``LbrmParams``, ``SrmParams``); rpbcast takes none beyond its Config."""
+    ``LbrmParams``, ``SrmParams``); rpbcast takes none beyond its Config.
+    mac_counter0: a keyed group's first MAC nonce counter (Engine)."""
     cls = engine_class(protocol)
     if protocol == "rpbcast":
         if params:
             raise ConfigError(f"rpbcast takes no protocol parameters (got {', '.join(sorted(params))}); "
                               "use Config")
-        return cls(config, now, rng, log)
-    return cls(config, now, rng, log, **params)
+        return cls(config, now, rng, log, mac_counter0=mac_counter0)
+    return cls(config, now, rng, log, mac_counter0=mac_counter0, **params)
+
+
+def engine_for(config: Config, now: int, log=None, mac_counter0=None):
+    """The engine ``config.protocol`` names, with ``config.protocol_params``
+    (what ``rpbcast.api.Node`` runs).  A parameter the protocol does not
+    know is a ConfigError naming protocol_params."""
+    try:
+        return make_engine(config.protocol, config, now, None, log, mac_counter0=mac_counter0,
+                           **config.protocol_params)
+    except TypeError as e:          # a parameter of the wrong type reached a dataclass
+        raise ConfigError(f"protocol_params: {e}") from None
 
 
 def factory(protocol: str, **params):

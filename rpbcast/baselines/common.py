@@ -159,7 +159,7 @@ def make_params(cls, protocol: str, params: dict):
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(params) - names)
     if unknown:
-        raise ConfigError(f"unknown {protocol} parameters: {', '.join(unknown)} "
+        raise ConfigError(f"protocol_params: unknown {protocol} parameters: {', '.join(unknown)} "
                           f"(known: {', '.join(sorted(names))})")
     return cls(**params)
 
@@ -183,9 +183,9 @@ class BaselineEngine(Engine):
     # into data datagrams says otherwise.
     driver_needs = DriverNeeds(data_plane_rx=True, every_rx=False)
 
-    def __init__(self, config: Config, now: int, rng=None, log=None, **params):
+    def __init__(self, config: Config, now: int, rng=None, log=None, mac_counter0=None, **params):
         self.params = make_params(self.Params, self.protocol, params)
-        super().__init__(config, now, rng, log)
+        super().__init__(config, now, rng, log, mac_counter0=mac_counter0)
 
     def _check_config(self, cfg):
         if cfg.join:

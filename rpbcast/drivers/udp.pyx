@@ -15,7 +15,7 @@ import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.errno cimport errno
-from posix.unistd cimport read
+from posix.unistd cimport read, write, usleep
 
 from rpbcast.core.csrc cimport *
 from rpbcast.core.node cimport (Deliveries, Node, check_batch, labels_ptr, publish_label,
@@ -24,6 +24,26 @@ from rpbcast.core.node cimport (Deliveries, Node, check_batch, labels_ptr, publi
 cnp.import_array()
 
 log = logging.getLogger("rpbcast.drivers.udp")
+
+# The raw-datagram path (engines whose driver_needs.data_plane_rx is False)
+# receives into a batch of its own; csrc.pxd does not declare it.
+cdef extern from "udpio.h" nogil:
+    ctypedef struct rp_rxbatch_t:
+        uint32_t cap
+        uint32_t bufsize
+        uint8_t *mem
+        uint32_t n
+        uint32_t *off
+        uint32_t *len
+        uint64_t *src
+    int rp_rx_init(rp_rxbatch_t *b, uint32_t cap, int gro)
+    void rp_rx_free(rp_rxbatch_t *b)
+    int rp_sock_recv(rp_sock_t *s, rp_rxbatch_t *b)
+
+RAW_MAX_WAIT_NS = 5_000_000     # the raw loop polls the sockets only: it looks at
+                                # the timer a publish set at least this often
+RAW_MAX_BATCHES = 16            # receive batches per socket per iteration
+DEF RAW_YIELD_US = 50           # after an iteration with input: the application's turn
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -70,11 +90,15 @@ cdef class Transport:
     cdef public bint fanout
     cdef object _fan_version
     cdef uint64_t mcast_addr
+    cdef bint raw, have_rawrx           # the engine takes raw datagrams (receive_datagrams)
+    cdef rp_rxbatch_t rawrx
+    cdef object _raw_rng
 
     def __cinit__(self):
         self.mrx.fd = -1
         self.uc.fd = -1
         self.have_mrx = self.have_uc = self.loop_ok = False
+        self.raw = self.have_rawrx = False
 
     def __init__(self, engine, *, uint32_t group_ip, uint16_t group_port, uint32_t bind_ip,
                  uint16_t bind_port, uint32_t if_ip=0, int ifindex=0, int ttl=0, bint mloop=True,
@@ -115,9 +139,17 @@ cdef class Transport:
             self.have_mrx = True
         self.mcast_addr = (<uint64_t>group_ip << 16) | group_port
         needs = engine.driver_needs
-        if not needs.data_plane_rx:
-            raise ValueError(f"{type(engine).__name__} must receive through receive_datagram "
-                             f"(driver_needs.data_plane_rx is False): the C loop cannot drive it")
+        # An engine that looks into the datagrams themselves (SRM hears
+        # other members' repairs to suppress its own) gets them raw, through
+        # receive_datagrams, from a loop of this driver's own (_raw_once);
+        # the C loop's lock, app signal and publish path serve both.
+        self.raw = not needs.data_plane_rx
+        if self.raw:
+            if rp_rx_init(&self.rawrx, rx_batch, gro):
+                raise MemoryError()
+            self.have_rawrx = True
+            import random
+            self._raw_rng = random.Random(seed or bind_port)
         self.node = engine.node
         rc = rp_loop_init(&self.loop, &self.node.n, &self.mrx if self.have_mrx else NULL, &self.uc,
                           self.mcast_addr, rx_batch, busy_poll)
@@ -139,6 +171,8 @@ cdef class Transport:
         if self.loop_ok:
             self.loop.stop = 1
             rp_loop_free(&self.loop)
+        if self.have_rawrx:
+            rp_rx_free(&self.rawrx)
         if self.have_mrx:
             rp_sock_close(&self.mrx)
         if self.have_uc:
@@ -167,6 +201,10 @@ cdef class Transport:
         self.thread.start()
 
     def _run(self):
+        if self.raw:
+            while not self.loop.stop:
+                self._raw_once(-1)
+            return
         with nogil:
             rp_loop_run(&self.loop)
 
@@ -179,6 +217,8 @@ cdef class Transport:
         """One loop iteration in the calling thread (no loop thread)."""
         cdef int64_t w = <int64_t>(max_wait * 1e9)
         cdef int k
+        if self.raw:
+            return self._raw_once(w)
         with nogil:
             k = rp_loop_once(&self.loop, w)
         return k
@@ -208,6 +248,117 @@ cdef class Transport:
 
     def unlock(self):
         rp_loop_unlock(&self.loop)
+
+    # ---- the raw-datagram loop ---------------------------------------------
+    cdef int _raw_once(self, int64_t max_wait_ns) except -1:
+        """One iteration for an engine fed raw datagrams: wait for input (at
+        most until its timer, RAW_MAX_WAIT_NS, max_wait_ns), hand every batch
+        to engine.receive_datagrams, run a due timer, send what it queued."""
+        cdef pollfd p[2]
+        cdef int nfd = 0, k, r, got = 0
+        cdef uint32_t b
+        cdef int64_t now = rp_now_ns()
+        cdef int64_t wait = self.loop.next_timer - now
+        cdef rp_sock_t *socks[2]
+        cdef uint64_t one = 1
+        if wait > RAW_MAX_WAIT_NS:
+            wait = RAW_MAX_WAIT_NS
+        if max_wait_ns >= 0 and wait > max_wait_ns:
+            wait = max_wait_ns
+        if wait < 0:
+            wait = 0
+        if self.have_mrx:
+            socks[nfd] = &self.mrx
+            p[nfd].fd = self.mrx.fd
+            p[nfd].events = POLLIN
+            p[nfd].revents = 0
+            nfd += 1
+        socks[nfd] = &self.uc
+        p[nfd].fd = self.uc.fd
+        p[nfd].events = POLLIN
+        p[nfd].revents = 0
+        nfd += 1
+        with nogil:
+            poll(p, nfd, <int>((wait + 999999) // 1000000))
+            rp_loop_lock(&self.loop)
+        self.loop.n_iter += 1
+        self.loop.n_wakeups += 1
+        e = self.engine
+        try:
+            for k in range(nfd):
+                if not p[k].revents:
+                    continue
+                for b in range(RAW_MAX_BATCHES):
+                    r = rp_sock_recv(socks[k], &self.rawrx)
+                    if r <= 0:
+                        break
+                    got += r
+                    self._raw_deliver(rp_now_ns())
+                    if <uint32_t>r < self.rawrx.cap:
+                        break
+            now = rp_now_ns()
+            if now >= self.loop.next_timer:
+                e.handle_timer(now)
+                self.loop.n_control += 1
+            self.loop.next_timer = e.get_timer()
+            self._raw_send()
+            if got and rp_node_pending(&self.node.n):
+                write(self.loop.app_fd, &one, 8)
+        except BaseException:
+            self.errors += 1
+            log.exception("control plane error (node %s)", e.id)
+            self.loop.next_timer = rp_now_ns() + 10_000_000
+        finally:
+            rp_loop_unlock(&self.loop)
+        if got:
+            # Mutex and GIL are not fair: a loop that finds input at once
+            # again would take both back before the application's recv
+            # (waiting for them) ever runs, and nothing is delivered.
+            with nogil:
+                usleep(RAW_YIELD_US)
+        return got
+
+    cdef _raw_deliver(self, int64_t now):
+        """The batch in rawrx to the engine (less the in-process drops)."""
+        cdef uint32_t n = self.rawrx.n
+        if not n:
+            return
+        cdef size_t size = <size_t>self.rawrx.cap * self.rawrx.bufsize
+        buf = np.asarray(<uint8_t[:size]>self.rawrx.mem)
+        offs = np.asarray(<uint32_t[:n]>self.rawrx.off)
+        lens = np.asarray(<uint32_t[:n]>self.rawrx.len)
+        srcs = np.asarray(<uint64_t[:n]>self.rawrx.src)
+        if self.loop.drop_rate > 0:
+            keep = np.array([self._raw_rng.random() >= self.loop.drop_rate for _ in range(n)], dtype=bool)
+            self.loop.n_dropped += int(n - keep.sum())
+            offs, lens, srcs = offs[keep], lens[keep], srcs[keep]
+            if not len(offs):
+                return
+        self.engine.receive_datagrams(buf, offs, lens, srcs, now)
+        self.loop.n_control += 1
+        self._raw_send()         # control bodies point into rawrx: answer before the next batch
+
+    cdef _raw_send(self):
+        """What the engine queued, in order: its own datagrams
+        (datagrams_to_send: SRM's repairs start datagrams of their own),
+        to the group (or the fan-out list) or one address."""
+        cdef const uint8_t[::1] d
+        cdef int r
+        for dest, data in self.engine.datagrams_to_send():
+            d = data
+            if not d.shape[0]:
+                continue
+            if dest == RP_DEST_MCAST:
+                if self.fanout:
+                    for a in self._fan_addrs():
+                        r = rp_sock_sendto(&self.uc, &d[0], d.shape[0], int(a))
+                else:
+                    r = rp_sock_sendto(&self.uc, &d[0], d.shape[0], self.mcast_addr)
+            else:
+                r = rp_sock_sendto(&self.uc, &d[0], d.shape[0], dest)
+            if r < 0:
+                self.uc.n_tx_errors += 1
+        rp_loop_flush(&self.loop)
 
     def _on_control(self, int64_t now, int why):
         e = self.engine

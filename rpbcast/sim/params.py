@@ -76,8 +76,11 @@ DEFAULTS = {
 }
 
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(Config)}
-# Config fields the simulator sets itself (per node), not passed through
-DRIVER_ONLY = {"store_bytes", "store_entries", "members", "node_id", "addr", "role", "log_dir"}
+# Config fields the simulator sets itself (per node), not passed through;
+# "protocol" and "protocol_params" pick and parameterise the simulator's
+# engine factory (sim.protocols, which also knows registered protocols)
+DRIVER_ONLY = {"store_bytes", "store_entries", "members", "node_id", "addr", "role", "log_dir",
+               "protocol", "protocol_params"}
 
 
 def resolve(params: Optional[dict]) -> dict:

@@ -5,17 +5,23 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
+from rpbcast.config import PROTOCOLS
 from rpbcast.tools import netns
 from rpbcast.tools.stress import faults
-from rpbcast.tools.stress.plan import make_plan
+from rpbcast.tools.stress.plan import make_plan, resolve_loggers
 from rpbcast.tools.stress.run import run
 
 
 def add_parsers(sub):
     p = sub.add_parser("stress", help="the main job: a group on this host, line rate, loss, faults, exactly-once check")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="rpbcast",
+                   help="the protocol every node runs (Config.protocol, docs/protocols.md): rpbcast, or a "
+                        "baseline on the same data plane -- pbcast (probabilistic: the check reports the "
+                        "delivered fraction), lbrm (one logger), srm (no loggers)")
     p.add_argument("--senders", type=int, default=1)
     p.add_argument("--receivers", type=int, default=2)
-    p.add_argument("--loggers", type=int, default=1)
+    p.add_argument("--loggers", type=int, default=None,
+                   help="loggers (default: what the protocol has -- rpbcast 1, lbrm 1, pbcast 0, srm 0)")
     p.add_argument("--size", type=int, default=64, help="payload bytes (>= 8)")
     p.add_argument("--rate", type=float, default=0, help="messages/s per sender (0 = as fast as possible)")
     p.add_argument("--duration", type=float, default=3.0, help="seconds of sending")
@@ -89,6 +95,11 @@ def add_parsers(sub):
     p.set_defaults(func=main)
 
 
+# How many loggers each baseline's paper gives it (docs/protocols.md, "On
+# real sockets"; the default is plan.DEFAULT_LOGGERS).
+ALLOWED_LOGGERS = {"lbrm": (1,), "pbcast": (0,), "srm": (0,)}
+
+
 def main(args):
     use_ns = args.transport in ("auto", "multicast") and netns.available()
     problem = check_args(args, use_ns)
@@ -102,8 +113,20 @@ def main(args):
 
 def check_args(args, use_ns) -> Optional[str]:
     """What is wrong with the options, in a sentence (None if nothing)."""
+    resolve_loggers(args)
     if args.size < 8:
         return "--size must be at least 8 (the payload carries its send time)"
+    if args.protocol != "rpbcast":
+        if args.loggers not in ALLOWED_LOGGERS[args.protocol]:
+            return (f"--protocol {args.protocol} runs with {ALLOWED_LOGGERS[args.protocol][0]} logger(s), "
+                    f"not {args.loggers}")
+        extras = [o for o, on in (("--atomic", getattr(args, "atomic", False)), ("--gsgc", args.gsgc),
+                                  ("--srb-window", args.srb_window), ("--labels", args.labels != "none"),
+                                  ("--kill/--kill-receiver", args.kill or args.kill_receiver is not None),
+                                  ("--flow-control", args.flow_control != "auto")) if on]
+        if extras:
+            return (f"--protocol {args.protocol} runs without {', '.join(extras)} "
+                    "(rpbcast's own layers and restarts; the baselines have static membership)")
     if args.flow_timeout is not None and args.flow_timeout <= 0:
         return "--flow-timeout must be a positive number of seconds"
     if getattr(args, "atomic", False) and (args.srb_window or args.labels != "none" or args.gsgc):

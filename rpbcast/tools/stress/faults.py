@@ -105,7 +105,8 @@ def _start_seconds(opt, value, default_start) -> (float, float):
 
 def roles_of(args) -> Dict[str, List[int]]:
     """Node ids by role, numbered as the plan numbers them."""
-    s, r, lg = args.senders, args.receivers, args.loggers
+    from rpbcast.tools.stress.plan import resolve_loggers
+    s, r, lg = args.senders, args.receivers, resolve_loggers(args)
     return {"sender": list(range(1, s + 1)), "receiver": list(range(s + 1, s + r + 1)),
             "logger": list(range(s + r + 1, s + r + lg + 1))}
 

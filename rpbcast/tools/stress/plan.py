@@ -43,9 +43,21 @@ class Plan:
         return {netaddr.addr_of(a): i for i, a in self.addrs.items()}
 
 
+# Loggers by default: what each protocol's paper gives it (docs/protocols.md).
+DEFAULT_LOGGERS = {"rpbcast": 1, "lbrm": 1, "pbcast": 0, "srm": 0}
+
+
+def resolve_loggers(args):
+    """--loggers, or the protocol's default when not given."""
+    if getattr(args, "loggers", None) is None:
+        args.loggers = DEFAULT_LOGGERS[getattr(args, "protocol", "rpbcast")]
+    return args.loggers
+
+
 def make_plan(args, use_ns) -> Plan:
     """The run's plan; makes its run directory (a temporary one unless
     --run-dir)."""
+    resolve_loggers(args)
     hosts = bool(getattr(args, "hosts", False))
     transport = "multicast" if use_ns else "unicast"
     if not args.loss:
@@ -82,9 +94,20 @@ def node_ids(args, use_ns, hosts=False):
     return senders, receivers, loggers, addrs
 
 
+# What holds a baseline sender back (its paper's flow control): the run
+# reports it; the baselines' own send buffers ignore Config.flow_control.
+BASELINE_FLOW = {"pbcast": "none (pbcast: messages live gc_limit gossip rounds)",
+                 "lbrm": "the logger's acknowledgments (lbrm)",
+                 "srm": "none (srm: members keep messages buffer_time for repairs)"}
+
+
 def flow_control_of(args, loggers):
     """Config.flow_control for the run: --flow-control, or with auto the
-    loggers' acknowledgments when there are loggers, else the receivers'."""
+    loggers' acknowledgments when there are loggers, else the receivers'
+    (a baseline: what its paper has, BASELINE_FLOW)."""
+    protocol = getattr(args, "protocol", "rpbcast")
+    if protocol != "rpbcast":
+        return BASELINE_FLOW[protocol]
     if args.flow_control != "auto":
         return args.flow_control
     return "loggers" if loggers else "receivers"
@@ -110,11 +133,17 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
            "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
            "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
            "drop_rate": args.loss if (args.loss and not plan.use_ns) else 0.0,
-           "flow_control": plan.flow_control,
+           "flow_control": plan.flow_control if plan.flow_control in ("loggers", "receivers") else "loggers",
+           "protocol": getattr(args, "protocol", "rpbcast"),
            # a restarted node must come back as a new incarnation, however soon
            "state_dir": os.path.join(plan.work, "state")}
     if getattr(args, "flow_timeout", None):
         cfg["flow_timeout"] = args.flow_timeout
+    if cfg["protocol"] in ("pbcast", "srm"):
+        # what a pbcast or SRM member keeps is its protocol's rule (gc_limit
+        # rounds; buffer_time), not rpbcast's byte bound on the gossip
+        # buffer: the whole store may hold it
+        cfg["gossip_buffer_bytes"] = cfg["store_bytes"]
     if plan.hosts:
         from rpbcast.tools.netns import HostNet
         cfg.update(interface=HostNet.DEV, ttl=1)

@@ -58,6 +58,7 @@ def summarize(args, plan, sup, finals, dropped, t_start):
         s["problems"].update(agree_problems)
         s["exactly_once"] = False
     s["sent"] += sum(agreed_count(finals, live, k) for k in sup.dead_streams)
+    s.update(delivered_fractions(args, finals, live, s["sent"]))
     s["hosts"] = plan.hosts
     s["dead_receivers"] = sorted(sup.dead)
     s["dead_nodes"] = sorted(sup.dead_nodes)
@@ -89,6 +90,36 @@ def summarize(args, plan, sup, finals, dropped, t_start):
         s["exactly_once"] = s["exactly_once"] and s["atomic"]["all_or_none"]
     s["run_dir"] = plan.run_dir
     return s
+
+
+# What each protocol promises (docs/protocols.md); the check is the same for
+# all four -- every message to every live receiver, once -- and a protocol
+# that falls short is reported with its delivered fraction, never as a pass.
+GUARANTEES = {
+    "rpbcast": "exactly once (peers, then loggers with stable storage)",
+    "lbrm": "exactly once while the logger lives (its log holds everything)",
+    "srm": "exactly once while some member still buffers the message (buffer_time)",
+    "pbcast": "probabilistic: most messages to most members; ids nobody holds any more are given up",
+}
+
+
+def delivered_fractions(args, finals, receivers, sent):
+    """Distinct messages each live receiver delivered over those sent: the
+    figure a protocol without an exactly-once guarantee is judged by."""
+    per = {}
+    for i in receivers:
+        f = finals.get(i)
+        if f is None:
+            per[i] = 0.0        # no final report: nothing it delivered can be confirmed
+            continue
+        have = sum(c.get("delivered", 0) for c in f["check"].values())       # distinct ids
+        per[i] = have / sent if sent else None
+    vals = [v for v in per.values() if v is not None]
+    protocol = getattr(args, "protocol", "rpbcast")
+    return {"protocol": protocol, "guarantee": GUARANTEES[protocol],
+            "delivered_fraction": min(vals) if vals else None,
+            "delivered_fraction_per_receiver": per,
+            "given_up_ids": sum(finals[i].get("lost_ids", 0) for i in receivers if i in finals)}
 
 
 def stream_agreement(finals, receivers, dead_streams):
@@ -150,6 +181,11 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
     hist = np.sum([np.array(f["hist"]) for f in recv], axis=0) if recv else np.zeros(1)
     semantic = bool(args.srb_window)
     bad = delivery_problems(recv, semantic)
+    for i in receivers:
+        if i not in finals:
+            # never answered the stop: hung (a control plane that held its
+            # node), or dead -- nothing it delivered can be checked
+            bad[f"receiver {i}"] = "no final report (hung or killed)"
 
     def tot(key, ids):
         return sum(finals[i]["stats"].get(key, 0) for i in ids if i in finals)
@@ -224,7 +260,8 @@ def run_meta(args, plan, sup, summary) -> dict:
     # (and what it delivered after its last checkpoint it delivers again).
     victims = sup.victims()
     verified = [r for r in plan.receivers if r not in victims]
-    meta = {"run_id": plan.run_id, "kind": "stress", "protocol": "rpbcast", "clock": "monotonic",
+    meta = {"run_id": plan.run_id, "kind": "stress", "protocol": getattr(args, "protocol", "rpbcast"),
+            "clock": "monotonic",
             "nodes": [{"id": i, "role": plan.role_of(i), "addr": plan.addrs[i]} for i in plan.addrs],
             "senders": plan.senders,
             "params": vars(args) | {"transport": plan.transport, "loss_model": plan.loss_model},
@@ -257,9 +294,10 @@ def print_json(s):
 def print_summary(s):
     ok = "yes" if s["exactly_once"] else "NO"
     lines = [
-        f"rpbcast stress: {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
+        f"rpbcast stress ({s.get('protocol', 'rpbcast')}): {s['senders']} sender(s) -> {s['receivers']} receiver(s), {s['loggers']} logger(s), "
         f"{s['size']} B messages, {s['transport']}" + (" between hosts on a bridge" if s.get("hosts") else "") +
-        f", flow control by {s.get('flow_control', 'loggers')}" +
+        (f", flow control by {s.get('flow_control', 'loggers')}" if s.get("flow_control") in ("loggers", "receivers")
+         else f", flow control: {s.get('flow_control')}") +
         (" (receivers report what they checkpointed)" if s.get("flow_commit") else ""),
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
@@ -271,6 +309,10 @@ def print_summary(s):
         if s["overhead_per_data_byte"] is not None else "  overhead        -",
         f"  {'delivery check':<15} {s['semantics']}: {ok}" + ("" if s["exactly_once"] else f": {json.dumps(s['problems'])[:400]}"),
     ]
+    if s.get("delivered_fraction") is not None:
+        lines.append(f"  {'delivered':<15} {s['delivered_fraction']:.4%} of the messages sent, at the worst receiver "
+                     f"({s['given_up_ids']:,} ids given up by the protocol); "
+                     f"{s['protocol']} promises {s['guarantee']}")
     if s["semantics"] != "exactly once":
         lines.append("  per receiver    " + ", ".join(
             f"{i}: {s['per_receiver_receive_rate'][i]:,}/s in, {s['per_receiver_rate'][i]:,}/s delivered, "

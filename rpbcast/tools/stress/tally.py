@@ -214,6 +214,24 @@ class Tally:
                 return False
         return True
 
+    def accounted(self, expect, lost) -> bool:
+        """Whether every expected id was delivered or given up by the
+        protocol (pbcast's "lost" events: {(s, inc): [(lo, hi)]}): the end
+        of a probabilistic protocol's run, which the check then reports as
+        a delivered fraction, never as exactly once."""
+        for (s, i), n in expect.items():
+            arr = self.counts.get((s, i))
+            have = np.zeros(n, dtype=bool)
+            if arr is not None:
+                m = min(n, len(arr))
+                have[:m] = arr[:m] != 0
+            for lo, hi in lost.get((s, i), ()):
+                if lo < n:
+                    have[lo:min(hi, n - 1) + 1] = True
+            if not have.all():
+                return False
+        return True
+
     def save(self, path):
         """Checkpoint the counts (atomically: a kill mid-write leaves the last one)."""
         tmp = path + ".tmp.npz"

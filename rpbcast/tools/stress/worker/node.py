@@ -74,11 +74,13 @@ class ProtocolEvents:
     def __init__(self):
         self.notable = []
         self.lost_ids = 0
+        self.lost = {}          # (sender, inc) -> [(lo, hi)] given up by the protocol
 
     def poll(self, node):
         for ev in node.events():
             if ev[0] == "lost":
                 self.lost_ids += int(ev[4]) - int(ev[3]) + 1
+                self.lost.setdefault((int(ev[1]), int(ev[2])), []).append((int(ev[3]), int(ev[4])))
             elif ev[0] in self.NOTABLE or (ev[0] == "member" and ev[2] in ("failed", "recovered")):
                 rec = {"t": time.monotonic_ns(), "what": [x if isinstance(x, (int, str)) else str(x) for x in ev]}
                 self.notable.append(rec)

@@ -15,6 +15,7 @@ REPORT_EVERY_NS = 250_000_000          # progress, and the checkpoint
 COMMIT_EVERY_NS = 100_000_000          # the checkpoint, when it is what the node may report (flow_commit)
 FAULT_REPORT_EVERY_NS = 100_000_000    # progress in a run with faults (catch-up times)
 BATCH = 65536
+LOST_CHECK_EVERY_NS = 50_000_000       # pbcast: are all ids delivered or given up?
 
 
 def run_receiver(spec, cmds, tw_factory):
@@ -32,8 +33,12 @@ def run_receiver(spec, cmds, tw_factory):
     orders = _Orders()
     events = ProtocolEvents()
     completed = False
-    next_report = next_save = 0
+    next_report = next_save = next_lost_check = 0
     watched = bool(spec.get("faults"))        # report what it has often: the run measures catch-up
+    # a probabilistic protocol (pbcast) gives ids up: its receiver is done
+    # when every id was delivered or given up (the summary reports the
+    # delivered fraction, not exactly once)
+    gives_up = spec["config"].get("protocol", "rpbcast") == "pbcast"
     every = FAULT_REPORT_EVERY_NS if watched else REPORT_EVERY_NS
     commits = bool(spec["config"].get("flow_commit"))
     save_every = COMMIT_EVERY_NS if commits else REPORT_EVERY_NS
@@ -46,7 +51,13 @@ def run_receiver(spec, cmds, tw_factory):
             node.transport.wait(0.01)
         if orders.read(cmds):
             completed = False               # new orders: say so again once they are met
-        if orders.expect is not None and not completed and tally.complete(orders.expect, orders.latest):
+        given_up = False
+        if gives_up and orders.expect is not None and not completed and now >= next_lost_check:
+            events.poll(node)
+            given_up = bool(events.lost) and tally.accounted(orders.expect, events.lost)
+            next_lost_check = now + LOST_CHECK_EVERY_NS
+        if orders.expect is not None and not completed and (
+                given_up or tally.complete(orders.expect, orders.latest)):
             completed = True
             emit(event="complete", id=node.node_id, t=now)
         if now >= next_report:
