@@ -257,12 +257,95 @@ class Node:
         return netaddr.fmt_addr(self.transport.addr)
 
     # ---- sending --------------------------------------------------------
-    def publish(self, payload, label: Optional[int] = None) -> int:
-        """Multicast one message; returns its sequence number.  Raises
-        BlockingIOError when back-pressure applies."""
+    def publish(self, payload, label: Optional[int] = None, timeout: Optional[float] = 0) -> int:
+        """Multicast one message; returns its sequence number.
+
+        Back-pressure (the send window of Config.send_window is full, or
+        the store, or a FIFO-SRB window): with timeout=0 (the default)
+        raises BlockingIOError at once; with a number of seconds waits up
+        to that long for room and then raises TimeoutError; None waits as
+        long as it takes."""
         if label == ATOMIC_LABEL and self._atomic is not None:
             raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
-        return self.transport.publish(payload, label)
+        if timeout == 0:
+            return self.transport.publish(payload, label)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return self.transport.publish(payload, label)
+            except BlockingIOError as e:
+                err = e
+            if self._closed:
+                raise RuntimeError("this rpbcast Node is closed")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"publish: no room after {timeout} s ({err})") from err
+            self._wait_for_room(1.0 if left is None else min(left, 1.0))
+
+    def _wait_for_room(self, most: float):
+        """Sleep until the send window may have room again (at most `most`
+        seconds), after a publish was refused."""
+        t = self.transport
+        if not t.threaded:
+            t.run_once(min(most, 0.002))        # nobody else drives this node
+        elif t.window_room() == 0:
+            t.wait_writable(most)               # the refused publish armed the signal
+        else:
+            # refused by the store or a FIFO-SRB window, which have no signal
+            time.sleep(min(most, 0.0005))
+
+    async def writable(self) -> None:
+        """Resolve once the send window has room (asyncio): at once if it
+        has, else when acknowledgments reopen it -- woken by the window's
+        eventfd, no polling."""
+        while self.transport.window_room(arm=True) == 0:
+            await self._fd_ready(self.transport.window_fd)
+
+    async def apublish(self, payload, label: Optional[int] = None) -> int:
+        """publish, awaitable: waits (the event loop running) for room in
+        the send window instead of raising BlockingIOError."""
+        if label == ATOMIC_LABEL and self._atomic is not None:
+            raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
+        while True:
+            try:
+                return self.transport.publish(payload, label)
+            except BlockingIOError:
+                pass
+            if self._closed:
+                raise RuntimeError("this rpbcast Node is closed")
+            if self.transport.window_room() == 0:
+                await self._fd_ready(self.transport.window_fd)
+            else:
+                await asyncio.sleep(0.0005)     # the store or a FIFO-SRB window: no signal
+
+    @staticmethod
+    async def _fd_ready(fd: int) -> None:
+        """Until fd is readable: one reader per (event loop, fd) wakes every
+        task waiting on it (asyncio keeps a single reader per fd: a second
+        add_reader would silently replace the first task's)."""
+        loop = asyncio.get_running_loop()
+        waiters = _fd_waiters.setdefault(loop, {})
+        futs = waiters.get(fd)
+        if futs is None:
+            futs = waiters[fd] = []
+
+            def ready():
+                loop.remove_reader(fd)
+                for f in waiters.pop(fd, ()):
+                    if not f.done():
+                        f.set_result(None)
+
+            loop.add_reader(fd, ready)
+        fut = loop.create_future()
+        futs.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in futs:                     # cancelled: the last one out removes the reader
+                futs.remove(fut)
+                if not futs and waiters.get(fd) is futs:
+                    del waiters[fd]
+                    loop.remove_reader(fd)
 
     def publish_batch(self, payloads, lens=None, labels=None) -> int:
         """Publish many messages: ``payloads`` is one buffer with the
@@ -447,26 +530,17 @@ class Node:
                 yield m
 
     async def areceive(self) -> Message:
-        """Await the next message (asyncio)."""
-        loop = asyncio.get_running_loop()
+        """Await the next message (asyncio).  Woken by the node's delivery
+        eventfd through the event loop's reader: no polling."""
         while True:
             m = self.receive(timeout=0)
             if m is not None:
                 return m
-            fut = loop.create_future()
-            fd = self.transport.fileno
-
-            def ready():
-                if not fut.done():
-                    fut.set_result(None)
-
-            loop.add_reader(fd, ready)
-            try:
-                await asyncio.wait_for(fut, 0.1)
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                loop.remove_reader(fd)
+            if self._closed:
+                raise RuntimeError("this rpbcast Node is closed")
+            # Nothing is pending now, so anything delivered from here on
+            # moves the store and the loop thread signals the eventfd.
+            await self._fd_ready(self.transport.fileno)
             self.transport.clear_signal()
 
     def __aiter__(self):
@@ -858,6 +932,10 @@ class Node:
                 self.transport.stop()
         except Exception:
             pass
+
+
+# event loop -> {fd: futures waiting for it to turn readable} (Node._fd_ready)
+_fd_waiters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _watch(ref, stop: threading.Event):
