@@ -282,9 +282,23 @@ class Node:
                 raise TimeoutError(f"publish: no room after {timeout} s ({err})") from err
             self._wait_for_room(1.0 if left is None else min(left, 1.0))
 
+    def wait_writable(self, timeout: Optional[float] = None) -> bool:
+        """Block until the send window has room (at most timeout seconds,
+        None: as long as it takes); True if it has.  Woken by the window's
+        eventfd when acknowledgments reopen it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            room = self.transport.window_room(arm=True)
+            if room is None or room > 0:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._wait_for_room(1.0 if left is None else min(left, 1.0))
+
     def _wait_for_room(self, most: float):
         """Sleep until the send window may have room again (at most `most`
-        seconds), after a publish was refused."""
+        seconds), after a publish was refused (or window_room armed it)."""
         t = self.transport
         if not t.threaded:
             t.run_once(min(most, 0.002))        # nobody else drives this node

@@ -104,6 +104,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
            "state_dir": os.path.join(plan.work, "state")}
     if getattr(args, "flow_timeout", None):
         cfg["flow_timeout"] = args.flow_timeout
+    if getattr(args, "send_window", None) is not None:
+        cfg["send_window"] = args.send_window
     if plan.hosts:
         from rpbcast.tools.netns import HostNet
         cfg.update(interface=HostNet.DEV, ttl=1)
