@@ -113,7 +113,7 @@ class Config:
     # at line rate that queue was seconds of latency.  0 = no window (the
     # store is the only bound).  The default is measured (docs/performance.md,
     # "Bounded queueing"): p99 of a few ms at >= 90 % of the unbounded rate.
-    send_window: int = 16384
+    send_window: int = 8192
 
     # loggers
     log_dir: Optional[str] = None
