@@ -7,7 +7,13 @@
 
 High rates: ``publish_batch`` and ``recv_batch`` move many messages per call
 with NumPy arrays and one payload buffer, no Python object per message.
-Asyncio: ``await node.areceive()`` and ``async for msg in node``.
+Asyncio: ``await node.areceive()`` and ``async for msg in node``;
+``await node.apublish(payload)`` and ``await node.writable()``.
+
+Back-pressure: a sender has at most ``Config.send_window`` messages in
+flight beyond what flow control waits for; beyond it ``publish`` raises
+BlockingIOError (or, with ``timeout=``, waits and raises TimeoutError),
+``publish_batch`` takes fewer, ``apublish``/``writable`` await room.
 
 All or none (``Config(atomic=True, state_dir=...)``, docs/atomic.md):
 ``node.publish_atomic(payload, timeout=2.0)`` (or ``await
