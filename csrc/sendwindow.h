@@ -21,7 +21,7 @@ typedef struct {
     uint64_t limit;      /* messages in flight at most (0: no window) */
     int fd;              /* eventfd: readable once the window reopened */
     int waiting;         /* a publish found it closed since the last signal */
-    uint64_t n_closed;   /* publish calls cut short by the window */
+    uint64_t n_closed;   /* publish calls (and writability checks) that found it full */
     uint64_t n_opened;   /* signals to waiters */
 } rp_sendwin_t;
 

@@ -193,3 +193,93 @@ def test_exactly_once_under_the_window_with_kernel_loss():
             for r in rxs:
                 r.close(report=False)
             tx.close(report=False)
+
+
+class WindowModel:
+    """The window's reference model: in flight, who waits, the signal."""
+
+    def __init__(self, limit):
+        self.limit, self.in_flight, self.waiting, self.signalled = limit, 0, False, False
+
+    def publish(self, k):
+        room = self.limit - self.in_flight
+        if k > room:
+            if not self.waiting:
+                self.signalled = False           # a stale signal is cleared
+            self.waiting = True
+        took = min(k, room)
+        self.in_flight += took
+        return took
+
+    def ack(self, j):
+        self.in_flight -= j
+        if self.waiting and self.limit - self.in_flight >= (self.limit + 3) // 4:
+            self.waiting, self.signalled = False, True
+
+
+def _run_control(t):
+    """Loop iterations until one ran the control plane (an early wake-up
+    by an arriving datagram may not reach the timer)."""
+    c0 = t.stats()["loop"]["control_calls"]
+    for _ in range(100):
+        t.run_once(0.005)
+        if t.stats()["loop"]["control_calls"] > c0:
+            return
+    raise AssertionError("the control plane did not run")
+
+
+def _readable(fd):
+    import select
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def test_the_window_matches_its_model_under_any_publishes_and_acks():
+    """Random publish_batch sizes and acknowledgments against the model:
+    how many each publish takes, and when the writability signal is up.
+    The node runs inline (start=False) so acknowledgments arrive exactly
+    when the test says (node.logger_ack, then one loop iteration that runs
+    the control plane, as an arriving LOGACK or report would)."""
+    from hypothesis import given, settings, strategies as st
+    from rpbcast import Node
+
+    ops = st.lists(st.one_of(st.tuples(st.just("pub"), st.integers(1, 80)),
+                             st.tuples(st.just("ack"), st.floats(0, 1))), min_size=1, max_size=25)
+
+    with netns.namespace() as ns, netns.entered(ns):
+        # member 2 is configured but never runs: nothing but the test acknowledges
+        tx = Node(_cfg(1, [1, 2], PORT + 40, send_window=1), start=False)
+        lens = np.full(80, 8, np.uint32)
+        buf = np.zeros(80 * 8, np.uint8)
+        try:
+            @settings(max_examples=60, deadline=None)
+            @given(limit=st.integers(1, 64), script=ops)
+            def check(limit, script):
+                t, node = tx.transport, tx.engine.node
+                t.lock()
+                try:
+                    node.logger_ack(node.next_seq)          # start empty
+                finally:
+                    t.unlock()
+                _run_control(t)
+                t.set_window(limit)          # nothing in flight: no one waits any more
+                m = WindowModel(limit)
+                m.signalled = _readable(t.window_fd)         # (a signal nobody consumed stays up)
+                for op, arg in script:
+                    if op == "pub":
+                        took = tx.publish_batch(buf[:8 * arg], lens[:arg])
+                        assert took == m.publish(arg)
+                    else:
+                        j = int(arg * m.in_flight)
+                        t.lock()
+                        try:
+                            node.logger_ack(node.acked + j)
+                        finally:
+                            t.unlock()
+                        _run_control(t)                      # the control plane runs: poke
+                        m.ack(j)
+                    st_ = t.window_state()
+                    assert st_["in_flight"] == m.in_flight <= limit
+                    assert _readable(t.window_fd) == m.signalled, (op, arg, m.__dict__)
+            check()
+        finally:
+            tx.close(report=False)

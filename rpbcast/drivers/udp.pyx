@@ -291,6 +291,12 @@ cdef class Transport:
         it full again."""
         return rp_loop_window(&self.loop).fd
 
+    def set_window(self, uint64_t limit):
+        """Change the send window's limit (0: none); waiters wake if that
+        opened it."""
+        with nogil:
+            rp_loop_set_window(&self.loop, limit)
+
     def window_room(self, bint arm=False):
         """How many messages may be published now (None: no window).  With
         arm, a full window also arms the signal, as a refused publish does:
