@@ -236,6 +236,7 @@ class Node:
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
+        self._async_fds = set()         # (event loop, fd) with asyncio readers (_fd_ready)
         self._close_drain = None
         self._stats_sock = None
         self.stalled = None          # what the send buffer waits for, while nothing is acknowledged
@@ -338,24 +339,18 @@ class Node:
             else:
                 await asyncio.sleep(0.0005)     # the store or a FIFO-SRB window: no signal
 
-    @staticmethod
-    async def _fd_ready(fd: int) -> None:
-        """Until fd is readable: one reader per (event loop, fd) wakes every
-        task waiting on it (asyncio keeps a single reader per fd: a second
-        add_reader would silently replace the first task's)."""
+    async def _fd_ready(self, fd: int) -> None:
+        """Until fd is readable (or the node closes): one reader per (event
+        loop, fd) wakes every task waiting on it -- asyncio keeps a single
+        reader per fd, and a second add_reader would silently replace the
+        first task's."""
         loop = asyncio.get_running_loop()
         waiters = _fd_waiters.setdefault(loop, {})
         futs = waiters.get(fd)
         if futs is None:
             futs = waiters[fd] = []
-
-            def ready():
-                loop.remove_reader(fd)
-                for f in waiters.pop(fd, ()):
-                    if not f.done():
-                        f.set_result(None)
-
-            loop.add_reader(fd, ready)
+            loop.add_reader(fd, _fd_wake, loop, fd)
+            self._async_fds.add((loop, fd))
         fut = loop.create_future()
         futs.append(fut)
         try:
@@ -569,7 +564,12 @@ class Node:
     async def __anext__(self) -> Message:
         if self._closed:
             raise StopAsyncIteration
-        return await self.areceive()
+        try:
+            return await self.areceive()
+        except RuntimeError:
+            if self._closed:                    # closed while waiting: the iteration ends
+                raise StopAsyncIteration from None
+            raise
 
     def on_message(self, callback: Callable[[Message], None]):
         """Call callback(msg) for every delivery, from a dispatcher thread."""
@@ -929,6 +929,14 @@ class Node:
             # pending proposals abort, announced: nobody stays in doubt
             self.transport.stop()
             self._atomic.close(time.monotonic_ns())
+        # Tasks awaiting this node's eventfds wake (and then find it closed)
+        # before the fds go away with the transport.
+        for loop, fd in self._async_fds:
+            try:
+                loop.call_soon_threadsafe(_fd_wake, loop, fd)
+            except RuntimeError:
+                pass                    # that event loop is closed
+        self._async_fds.clear()
         self.transport.close()
         if self._dispatcher is not None:
             self._dispatcher.join(timeout=1)
@@ -956,6 +964,16 @@ class Node:
 
 # event loop -> {fd: futures waiting for it to turn readable} (Node._fd_ready)
 _fd_waiters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fd_wake(loop, fd):
+    """fd turned readable (or its node closes): wake every task waiting on it."""
+    waiters = _fd_waiters.get(loop, {})
+    if fd in waiters:
+        loop.remove_reader(fd)
+        for f in waiters.pop(fd):
+            if not f.done():
+                f.set_result(None)
 
 
 def _watch(ref, stop: threading.Event):

@@ -93,3 +93,33 @@ def test_tasks_waiting_on_one_node_are_all_woken():
         finally:
             rx.close(report=False)
             tx.close(report=False)
+
+
+def test_closing_the_node_ends_async_iteration_and_wakes_waiters():
+    """Tasks asleep on the node's eventfds (async for, writable) wake when
+    the node closes, instead of sleeping forever on a closed fd."""
+    with netns.namespace() as ns, netns.entered(ns):
+        from rpbcast import Node
+        tx, rx = Node(_cfg(1, [1, 2], PORT + 20)), Node(_cfg(2, [1, 2], PORT + 20))
+        try:
+            time.sleep(0.1)
+
+            async def consume():
+                got = []
+                async for m in rx:
+                    got.append(bytes(m.payload))
+                return got
+
+            async def main():
+                loop = asyncio.get_running_loop()
+                task = asyncio.ensure_future(consume())
+                await asyncio.sleep(0.2)
+                tx.publish(b"one")
+                await asyncio.sleep(0.2)
+                loop.call_soon(rx.close)
+                return await asyncio.wait_for(task, 2.0)
+
+            assert asyncio.run(main()) == [b"one"]
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)
