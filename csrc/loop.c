@@ -26,6 +26,7 @@ int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint
     l->max_batches = 16;
     l->next_timer = INT64_MAX;
     l->epfd = l->wake_fd = l->app_fd = -1;
+    l->win.fd = -1;
     int gro = (mrx && mrx->gro) || (uc && uc->gro);
     if (rp_rx_init(&l->rx, rx_batch, gro))
         return RP_ENOMEM;
@@ -36,7 +37,8 @@ int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint
     l->epfd = epoll_create1(EPOLL_CLOEXEC);
     l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     l->app_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (l->epfd < 0 || l->wake_fd < 0 || l->app_fd < 0) {
+    rp_sendwin_init(&l->win, 0);
+    if (l->epfd < 0 || l->wake_fd < 0 || l->app_fd < 0 || l->win.fd < 0) {
         int e = -errno;
         rp_loop_free(l);
         return e;
@@ -62,6 +64,7 @@ void rp_loop_free(rp_loop_t *l) {
     if (l->wake_fd >= 0) close(l->wake_fd);
     if (l->app_fd >= 0) close(l->app_fd);
     l->epfd = l->wake_fd = l->app_fd = -1;
+    rp_sendwin_free(&l->win);
     rp_rx_free(&l->rx);
     free(l->fan);
     l->fan = NULL;
@@ -247,7 +250,12 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
                        const uint64_t *labels, size_t count) {
     pthread_mutex_lock(&l->mu);
     int64_t now = rp_now_ns();
-    size_t k = rp_node_publish_batch(l->node, payloads, lens, labels, count, now);
+    uint64_t room = rp_sendwin_room(&l->win, l->node);
+    if (count > room) {
+        count = (size_t)room;
+        rp_sendwin_closed(&l->win);
+    }
+    size_t k = count ? rp_node_publish_batch(l->node, payloads, lens, labels, count, now) : 0;
     if (k)
         after_publish(l, now);
     pthread_mutex_unlock(&l->mu);
@@ -256,6 +264,11 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
 
 int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uint64_t label) {
     pthread_mutex_lock(&l->mu);
+    if (!rp_sendwin_room(&l->win, l->node)) {
+        rp_sendwin_closed(&l->win);
+        pthread_mutex_unlock(&l->mu);
+        return RP_EWINDOW;
+    }
     int64_t now = rp_now_ns();
     int64_t seq = rp_node_publish(l->node, payload, len, label, now);
     if (seq >= 0)
@@ -263,6 +276,17 @@ int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uin
     pthread_mutex_unlock(&l->mu);
     return seq;
 }
+
+rp_sendwin_t *rp_loop_window(rp_loop_t *l) { return &l->win; }
+
+void rp_loop_set_window(rp_loop_t *l, uint64_t limit) {
+    pthread_mutex_lock(&l->mu);
+    l->win.limit = limit;
+    rp_sendwin_poke(&l->win, l->node);
+    pthread_mutex_unlock(&l->mu);
+}
+
+int rp_loop_window_poke(rp_loop_t *l) { return rp_sendwin_poke(&l->win, l->node); }
 
 int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
     if (n > l->fancap) {

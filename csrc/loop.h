@@ -17,6 +17,7 @@
 #include <pthread.h>
 
 #include "node.h"
+#include "sendwindow.h"
 #include "udpio.h"
 
 /* Control-plane callback: runs with mu held; returns the next timer (ns). */
@@ -53,6 +54,7 @@ typedef struct {
     uint64_t rng;            /* xorshift state for drop_rate */
     uint64_t n_dropped;
     uint64_t n_iter, n_wakeups, n_control, n_tx_blocked;
+    rp_sendwin_t win;        /* publish side: the send window */
 } rp_loop_t;
 
 int64_t rp_now_ns(void);
@@ -75,7 +77,8 @@ void rp_loop_wake(rp_loop_t *l);
 int rp_loop_flush(rp_loop_t *l);
 
 /* Publish a batch from the application thread and send it at once.
- * Takes mu.  Returns how many were published. */
+ * Takes mu.  Returns how many were published: fewer than count when the
+ * send window (or the store) is full. */
 size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
                        const uint64_t *labels, size_t count);
 
@@ -83,12 +86,21 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
 void rp_loop_lock(rp_loop_t *l);
 void rp_loop_unlock(rp_loop_t *l);
 
-/* Publish one message and send it; returns its seq or a negative error. */
+/* Publish one message and send it; returns its seq or a negative error
+ * (RP_EWINDOW: the send window is full). */
 int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uint64_t label);
 
 /* Replace the unicast fan-out list (NULL/0: use multicast).  Takes mu;
  * the _locked form is for callers already holding it (the control plane). */
 int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n);
 int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n);
+
+/* The send window (publish side): its state, and setting its limit
+ * (messages in flight beyond the slowest acknowledgment; 0: none). */
+rp_sendwin_t *rp_loop_window(rp_loop_t *l);
+void rp_loop_set_window(rp_loop_t *l, uint64_t limit);
+/* After the control plane ran (mu held): wake a publisher waiting for the
+ * window if acknowledgments reopened it. */
+int rp_loop_window_poke(rp_loop_t *l);
 
 #endif

@@ -7,7 +7,13 @@
 
 High rates: ``publish_batch`` and ``recv_batch`` move many messages per call
 with NumPy arrays and one payload buffer, no Python object per message.
-Asyncio: ``await node.areceive()`` and ``async for msg in node``.
+Asyncio: ``await node.areceive()`` and ``async for msg in node``;
+``await node.apublish(payload)`` and ``await node.writable()``.
+
+Back-pressure: a sender has at most ``Config.send_window`` messages in
+flight beyond what flow control waits for; beyond it ``publish`` raises
+BlockingIOError (or, with ``timeout=``, waits and raises TimeoutError),
+``publish_batch`` takes fewer, ``apublish``/``writable`` await room.
 
 All or none (``Config(atomic=True, state_dir=...)``, docs/atomic.md):
 ``node.publish_atomic(payload, timeout=2.0)`` (or ``await
@@ -233,6 +239,7 @@ class Node:
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
+        self._async_fds = set()         # (event loop, fd) with asyncio readers (_fd_ready)
         self._close_drain = None
         self._stats_sock = None
         self.stalled = None          # what the send buffer waits for, while nothing is acknowledged
@@ -260,12 +267,103 @@ class Node:
         return netaddr.fmt_addr(self.transport.addr)
 
     # ---- sending --------------------------------------------------------
-    def publish(self, payload, label: Optional[int] = None) -> int:
-        """Multicast one message; returns its sequence number.  Raises
-        BlockingIOError when back-pressure applies."""
+    def publish(self, payload, label: Optional[int] = None, timeout: Optional[float] = 0) -> int:
+        """Multicast one message; returns its sequence number.
+
+        Back-pressure (the send window of Config.send_window is full, or
+        the store, or a FIFO-SRB window): with timeout=0 (the default)
+        raises BlockingIOError at once; with a number of seconds waits up
+        to that long for room and then raises TimeoutError; None waits as
+        long as it takes."""
         if label == ATOMIC_LABEL and self._atomic is not None:
             raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
-        return self.transport.publish(payload, label)
+        if timeout == 0:
+            return self.transport.publish(payload, label)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                return self.transport.publish(payload, label)
+            except BlockingIOError as e:
+                err = e
+            if self._closed:
+                raise RuntimeError("this rpbcast Node is closed")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"publish: no room after {timeout} s ({err})") from err
+            self._wait_for_room(1.0 if left is None else min(left, 1.0))
+
+    def wait_writable(self, timeout: Optional[float] = None) -> bool:
+        """Block until the send window has room (at most timeout seconds,
+        None: as long as it takes); True if it has.  Woken by the window's
+        eventfd when acknowledgments reopen it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            room = self.transport.window_room(arm=True)
+            if room is None or room > 0:
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._wait_for_room(1.0 if left is None else min(left, 1.0))
+
+    def _wait_for_room(self, most: float):
+        """Sleep until the send window may have room again (at most `most`
+        seconds), after a publish was refused (or window_room armed it)."""
+        t = self.transport
+        if not t.threaded:
+            t.run_once(min(most, 0.002))        # nobody else drives this node
+        elif t.window_room() == 0:
+            t.wait_writable(most)               # the refused publish armed the signal
+        else:
+            # refused by the store or a FIFO-SRB window, which have no signal
+            time.sleep(min(most, 0.0005))
+
+    async def writable(self) -> None:
+        """Resolve once the send window has room (asyncio): at once if it
+        has, else when acknowledgments reopen it -- woken by the window's
+        eventfd, no polling."""
+        while self.transport.window_room(arm=True) == 0:
+            await self._fd_ready(self.transport.window_fd)
+
+    async def apublish(self, payload, label: Optional[int] = None) -> int:
+        """publish, awaitable: waits (the event loop running) for room in
+        the send window instead of raising BlockingIOError."""
+        if label == ATOMIC_LABEL and self._atomic is not None:
+            raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
+        while True:
+            try:
+                return self.transport.publish(payload, label)
+            except BlockingIOError:
+                pass
+            if self._closed:
+                raise RuntimeError("this rpbcast Node is closed")
+            if self.transport.window_room() == 0:
+                await self._fd_ready(self.transport.window_fd)
+            else:
+                await asyncio.sleep(0.0005)     # the store or a FIFO-SRB window: no signal
+
+    async def _fd_ready(self, fd: int) -> None:
+        """Until fd is readable (or the node closes): one reader per (event
+        loop, fd) wakes every task waiting on it -- asyncio keeps a single
+        reader per fd, and a second add_reader would silently replace the
+        first task's."""
+        loop = asyncio.get_running_loop()
+        waiters = _fd_waiters.setdefault(loop, {})
+        futs = waiters.get(fd)
+        if futs is None:
+            futs = waiters[fd] = []
+            loop.add_reader(fd, _fd_wake, loop, fd)
+            self._async_fds.add((loop, fd))
+        fut = loop.create_future()
+        futs.append(fut)
+        try:
+            await fut
+        finally:
+            if fut in futs:                     # cancelled: the last one out removes the reader
+                futs.remove(fut)
+                if not futs and waiters.get(fd) is futs:
+                    del waiters[fd]
+                    loop.remove_reader(fd)
 
     def publish_batch(self, payloads, lens=None, labels=None) -> int:
         """Publish many messages: ``payloads`` is one buffer with the
@@ -450,26 +548,17 @@ class Node:
                 yield m
 
     async def areceive(self) -> Message:
-        """Await the next message (asyncio)."""
-        loop = asyncio.get_running_loop()
+        """Await the next message (asyncio).  Woken by the node's delivery
+        eventfd through the event loop's reader: no polling."""
         while True:
             m = self.receive(timeout=0)
             if m is not None:
                 return m
-            fut = loop.create_future()
-            fd = self.transport.fileno
-
-            def ready():
-                if not fut.done():
-                    fut.set_result(None)
-
-            loop.add_reader(fd, ready)
-            try:
-                await asyncio.wait_for(fut, 0.1)
-            except asyncio.TimeoutError:
-                pass
-            finally:
-                loop.remove_reader(fd)
+            if self._closed:
+                raise RuntimeError("this rpbcast Node is closed")
+            # Nothing is pending now, so anything delivered from here on
+            # moves the store and the loop thread signals the eventfd.
+            await self._fd_ready(self.transport.fileno)
             self.transport.clear_signal()
 
     def __aiter__(self):
@@ -478,7 +567,12 @@ class Node:
     async def __anext__(self) -> Message:
         if self._closed:
             raise StopAsyncIteration
-        return await self.areceive()
+        try:
+            return await self.areceive()
+        except RuntimeError:
+            if self._closed:                    # closed while waiting: the iteration ends
+                raise StopAsyncIteration from None
+            raise
 
     def on_message(self, callback: Callable[[Message], None]):
         """Call callback(msg) for every delivery, from a dispatcher thread."""
@@ -850,6 +944,14 @@ class Node:
             # pending proposals abort, announced: nobody stays in doubt
             self.transport.stop()
             self._atomic.close(time.monotonic_ns())
+        # Tasks awaiting this node's eventfds wake (and then find it closed)
+        # before the fds go away with the transport.
+        for loop, fd in self._async_fds:
+            try:
+                loop.call_soon_threadsafe(_fd_wake, loop, fd)
+            except RuntimeError:
+                pass                    # that event loop is closed
+        self._async_fds.clear()
         self.transport.close()
         if self._dispatcher is not None:
             self._dispatcher.join(timeout=1)
@@ -873,6 +975,20 @@ class Node:
                 self.transport.stop()
         except Exception:
             pass
+
+
+# event loop -> {fd: futures waiting for it to turn readable} (Node._fd_ready)
+_fd_waiters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fd_wake(loop, fd):
+    """fd turned readable (or its node closes): wake every task waiting on it."""
+    waiters = _fd_waiters.get(loop, {})
+    if fd in waiters:
+        loop.remove_reader(fd)
+        for f in waiters.pop(fd):
+            if not f.done():
+                f.set_result(None)
 
 
 def _watch(ref, stop: threading.Event):

@@ -44,6 +44,22 @@ RAW_MAX_WAIT_NS = 5_000_000     # the raw loop polls the sockets only: it looks 
                                 # the timer a publish set at least this often
 RAW_MAX_BATCHES = 16            # receive batches per socket per iteration
 DEF RAW_YIELD_US = 50           # after an iteration with input: the application's turn
+cdef extern from "sendwindow.h" nogil:
+    enum:
+        RP_EWINDOW
+    ctypedef struct rp_sendwin_t:
+        uint64_t limit
+        int fd
+        int waiting
+        uint64_t n_closed, n_opened
+    uint64_t rp_sendwin_in_flight(const rp_node_t *n)
+    uint64_t rp_sendwin_room(const rp_sendwin_t *w, const rp_node_t *n)
+    void rp_sendwin_closed(rp_sendwin_t *w)
+
+cdef extern from "loop.h" nogil:
+    rp_sendwin_t *rp_loop_window(rp_loop_t *l)
+    void rp_loop_set_window(rp_loop_t *l, uint64_t limit)
+    int rp_loop_window_poke(rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -71,7 +87,9 @@ def now_ns():
 cdef int64_t _control_cb(void *ctx, int64_t now, int why) noexcept with gil:
     cdef Transport t = <Transport>ctx
     try:
-        return t._on_control(now, why)
+        r = t._on_control(now, why)
+        rp_loop_window_poke(&t.loop)      # acknowledgments may have reopened the send window
+        return r
     except BaseException:
         t.errors += 1
         log.exception("control plane error (node %s)", t.engine.id)
@@ -160,6 +178,7 @@ cdef class Transport:
         self.loop.control = _control_cb
         self.loop.ctx = <void *>self
         self.loop.idle_after_ns = int(engine.cfg.idle_after * 1e9)
+        rp_loop_set_window(&self.loop, getattr(engine.cfg, "send_window", 0))
         self.loop.drop_rate = drop_rate
         self.loop.rng = seed or ((bind_port * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF)
         self.engine = engine
@@ -398,6 +417,9 @@ cdef class Transport:
         publish_label(label, &lab)
         with nogil:
             seq = rp_loop_publish1(&self.loop, p, n, lab)
+        if seq == RP_EWINDOW:
+            raise BlockingIOError(f"back-pressure: the send window is full ({rp_loop_window(&self.loop).limit:,} "
+                                  f"published messages not yet acknowledged; Config.send_window)")
         return published(seq, n, self.node.n.out.mtu)
 
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
@@ -410,6 +432,58 @@ cdef class Transport:
             done = rp_loop_publish(&self.loop, &payloads[0] if payloads.shape[0] else &z,
                                    &lens[0] if k else NULL, lp, k)
         return done
+
+    # ---- the send window (back-pressure; csrc/sendwindow.h) ---------------
+    @property
+    def window_fd(self):
+        """Readable once the send window reopened after a publish found it
+        full (for selectors/asyncio); stays readable until a publish finds
+        it full again."""
+        return rp_loop_window(&self.loop).fd
+
+    def set_window(self, uint64_t limit):
+        """Change the send window's limit (0: none); waiters wake if that
+        opened it."""
+        with nogil:
+            rp_loop_set_window(&self.loop, limit)
+
+    def window_room(self, bint arm=False):
+        """How many messages may be published now (None: no window).  With
+        arm, a full window also arms the signal, as a refused publish does:
+        window_fd turns readable once it reopens."""
+        cdef uint64_t r
+        with nogil:
+            rp_loop_lock(&self.loop)
+            r = rp_sendwin_room(rp_loop_window(&self.loop), &self.node.n)
+            if r == 0 and arm:
+                rp_sendwin_closed(rp_loop_window(&self.loop))
+            rp_loop_unlock(&self.loop)
+        return None if r == <uint64_t>-1 else r
+
+    def window_state(self):
+        """{limit, in_flight, closed, opened}: the window now and its counters."""
+        cdef rp_sendwin_t *w = rp_loop_window(&self.loop)
+        self.lock()
+        try:
+            return {"limit": w.limit, "in_flight": rp_sendwin_in_flight(&self.node.n),
+                    "closed": w.n_closed, "opened": w.n_opened}
+        finally:
+            self.unlock()
+
+    def wait_writable(self, double timeout):
+        """Wait up to timeout seconds (< 0: forever) for the send window to
+        reopen after a publish found it full; True if it was signalled.  The
+        signal is not consumed here: every waiter sees it, and the next
+        publish that finds the window full clears it (under the node lock,
+        so no reopening is missed)."""
+        cdef pollfd p
+        cdef int r
+        p.fd = rp_loop_window(&self.loop).fd
+        p.events = POLLIN
+        cdef int ms = -1 if timeout < 0 else <int>(timeout * 1000 + 0.999)
+        with nogil:
+            r = poll(&p, 1, ms)
+        return r > 0
 
     def recv_batch(self, size_t max_n, uint8_t[::1] buf not None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
@@ -471,7 +545,9 @@ cdef class Transport:
         }
         d["loop"] = {"iterations": self.loop.n_iter, "wakeups": self.loop.n_wakeups,
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,
-                     "dropped_in_process": self.loop.n_dropped, "errors": self.errors}
+                     "dropped_in_process": self.loop.n_dropped, "errors": self.errors,
+                     "window_closed": rp_loop_window(&self.loop).n_closed,
+                     "window_opened": rp_loop_window(&self.loop).n_opened}
         return d
 
     def sock_info(self):

@@ -44,6 +44,9 @@ def add_parsers(sub):
     p.add_argument("--flow-timeout", type=float, default=None, metavar="SECONDS",
                    help="with receiver flow control: a receiver silent this long (of the sender's own "
                         "running time) is declared failed and released (Config.flow_timeout)")
+    p.add_argument("--send-window", type=int, default=None, metavar="MESSAGES",
+                   help="a sender's send window (Config.send_window; 0 = none, the store is the bound; "
+                        "default: Config's)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,

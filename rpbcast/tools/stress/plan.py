@@ -144,6 +144,12 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         # rounds; buffer_time), not rpbcast's byte bound on the gossip
         # buffer: the whole store may hold it
         cfg["gossip_buffer_bytes"] = cfg["store_bytes"]
+    if getattr(args, "send_window", None) is not None:
+        cfg["send_window"] = args.send_window
+    elif receivers_commit(args, plan):
+        # receivers acknowledge a checkpoint interval late: a window of the
+        # default size would hold the sender to send_window per 100 ms
+        cfg["send_window"] = 0
     if plan.hosts:
         from rpbcast.tools.netns import HostNet
         cfg.update(interface=HostNet.DEV, ttl=1)

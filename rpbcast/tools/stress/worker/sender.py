@@ -55,7 +55,10 @@ def _send(spec, node, cmds, tw, events):
         sent += n
         if n < k:
             blocked += 1
-            time.sleep(0.0002)          # back-pressure: let loggers catch up
+            if node.transport.window_room() == 0:
+                node.wait_writable(0.005)   # back-pressure: until acknowledgments reopen the window
+            else:
+                time.sleep(0.0002)          # the store is full: let loggers catch up
         if now >= next_report:
             emit(event="progress", id=node.node_id, inc=node.incarnation, sent=sent, t=now,
                  buffers=buffers(node))

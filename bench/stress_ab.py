@@ -1,0 +1,82 @@
+"""A/B of `rpbcast stress` between two checkouts (issue 15, bounded
+queueing): the same stress arguments against each build, alternating
+A B A B ... in one run, each run's sent rate and latency parsed from the
+report; prints every run and the medians, and B/A ratios.
+
+    python3 bench/stress_ab.py --a /work/main --b . --reps 3 -- --loggers 0 --receivers 1
+
+Each side runs with PYTHONPATH set to its checkout.  On the shared VM
+compare figures of one run of this script only."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+UNIT = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _ms(v, unit):
+    return float(v.replace(",", "")) * UNIT[unit]
+
+
+def parse(out: str) -> dict:
+    r = {}
+    m = re.search(r"sent\s+([\d,]+) messages at ([\d,]+) msgs/s", out)
+    if m:
+        r["sent"], r["rate"] = int(m.group(1).replace(",", "")), int(m.group(2).replace(",", ""))
+    m = re.search(r"received\s+([\d,]+) msgs/s", out)
+    if m:
+        r["recv_rate"] = int(m.group(1).replace(",", ""))
+    m = re.search(r"latency\s+p50 ([\d.,]+) (us|ms|s), p99 ([\d.,]+) (us|ms|s)", out)
+    if m:
+        r["p50_ms"], r["p99_ms"] = _ms(m.group(1), m.group(2)), _ms(m.group(3), m.group(4))
+    m = re.search(r"exactly once: (\w+)", out)
+    r["exactly_once"] = bool(m and m.group(1) == "yes")
+    return r
+
+
+def run(tree: str, args) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "rpbcast", "stress", *args], cwd=os.path.abspath(tree), env=env,
+                       capture_output=True, text=True, timeout=600)
+    r = parse(p.stdout)
+    r["rc"], r["wall_s"] = p.returncode, round(time.monotonic() - t0, 1)
+    if "rate" not in r:
+        r["error"] = (p.stdout + p.stderr)[-400:]
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--a", required=True, help="checkout A (the baseline)")
+    ap.add_argument("--b", required=True, help="checkout B")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("stress", nargs=argparse.REMAINDER, help="-- then rpbcast stress arguments")
+    o = ap.parse_args()
+    args = [a for a in o.stress if a != "--"]
+    res = {"A": [], "B": []}
+    for k in range(o.reps):
+        for side, tree in (("A", o.a), ("B", o.b)):
+            r = run(tree, args)
+            res[side].append(r)
+            print(f"rep {k} {side}: {r}", flush=True)
+    med = {}
+    for side in ("A", "B"):
+        ok = [r for r in res[side] if "rate" in r]
+        med[side] = {key: statistics.median(r[key] for r in ok if key in r) if any(key in r for r in ok) else None
+                     for key in ("rate", "recv_rate", "p50_ms", "p99_ms")}
+        med[side]["exactly_once"] = f"{sum(r['exactly_once'] for r in res[side])}/{len(res[side])}"
+        print(f"median {side}: {med[side]}")
+    if med["A"]["rate"] and med["B"]["rate"]:
+        print(f"B/A: rate {med['B']['rate'] / med['A']['rate']:.2f}, "
+              f"p50 {med['B']['p50_ms'] / med['A']['p50_ms']:.3f}, p99 {med['B']['p99_ms'] / med['A']['p99_ms']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+#include "sendwindow.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+int rp_sendwin_init(rp_sendwin_t *w, uint64_t limit) {
+    memset(w, 0, sizeof(*w));
+    w->limit = limit;
+    w->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return w->fd < 0 ? -errno : RP_OK;
+}
+
+void rp_sendwin_free(rp_sendwin_t *w) {
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+}
+
+void rp_sendwin_closed(rp_sendwin_t *w) {
+    w->n_closed++;
+    if (!w->waiting) {
+        uint64_t v;
+        ssize_t r = read(w->fd, &v, sizeof(v));
+        (void)r;
+        w->waiting = 1;
+    }
+}
+
+int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
+    if (!w->waiting)
+        return 0;
+    if (w->limit && rp_sendwin_room(w, n) < (w->limit + 3) / 4)
+        return 0;
+    w->waiting = 0;
+    w->n_opened++;
+    uint64_t one = 1;
+    ssize_t r = write(w->fd, &one, sizeof(one));
+    (void)r;
+    return 1;
+}

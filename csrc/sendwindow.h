@@ -1,0 +1,52 @@
+/* Send window: how far a sender may run ahead of the slowest acknowledgment
+ * that releases its send buffer (a logger's LOGACK, every receiver's flow
+ * report, whatever the release strategy waits for): own messages published
+ * but not yet released, next_seq - acked.  Beyond `limit` publish stops
+ * (BlockingIOError, a short publish_batch) instead of queueing as much as
+ * the store holds -- seconds of backlog at line rate.  When acknowledgments
+ * bring the window back under its low-water mark, an eventfd wakes whoever
+ * found it closed (a blocking publish, asyncio's writable()).
+ *
+ * Nothing held (no loggers and flow_control "loggers": acked follows
+ * next_seq) means nothing in flight: the window never closes.  All calls
+ * with the node lock held, except reading the fd. */
+#ifndef RP_SENDWINDOW_H
+#define RP_SENDWINDOW_H
+
+#include "node.h"
+
+#define RP_EWINDOW (-16)   /* publish: the send window is full */
+
+typedef struct {
+    uint64_t limit;      /* messages in flight at most (0: no window) */
+    int fd;              /* eventfd: readable once the window reopened */
+    int waiting;         /* a publish found it closed since the last signal */
+    uint64_t n_closed;   /* publish calls (and writability checks) that found it full */
+    uint64_t n_opened;   /* signals to waiters */
+} rp_sendwin_t;
+
+int  rp_sendwin_init(rp_sendwin_t *w, uint64_t limit);
+void rp_sendwin_free(rp_sendwin_t *w);
+
+RP_INLINE uint64_t rp_sendwin_in_flight(const rp_node_t *n) {
+    return n->hold_send && n->next_seq > n->acked ? n->next_seq - n->acked : 0;
+}
+
+/* How many more messages may be published now (UINT64_MAX: no window). */
+RP_INLINE uint64_t rp_sendwin_room(const rp_sendwin_t *w, const rp_node_t *n) {
+    if (!w->limit)
+        return UINT64_MAX;
+    uint64_t f = rp_sendwin_in_flight(n);
+    return f >= w->limit ? 0 : w->limit - f;
+}
+
+/* A publish wanted more than room: remember a waiter, and clear a stale
+ * signal so the waiter sleeps until the window really reopens. */
+void rp_sendwin_closed(rp_sendwin_t *w);
+
+/* After acknowledgments moved: wake the waiters once a quarter of the
+ * window is free again (not at every single message: a waiter woken for
+ * one slot would publish one message per wake-up).  Returns 1 if signalled. */
+int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n);
+
+#endif
