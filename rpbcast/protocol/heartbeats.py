@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from rpbcast.core import wire
+from rpbcast.core.node import StreamLimit
 from rpbcast.protocol.trace_events import EV_HEARTBEAT
 
 T = wire.MsgType
@@ -88,7 +89,10 @@ class Heartbeats:
             for s, i, q in entries:
                 if s == self.id and i == self.inc:
                     continue
-                slot = node.peer(s, i, 0)
+                try:
+                    slot = node.peer(s, i, 0)
+                except StreamLimit:
+                    continue            # counted (streams_refused)
                 node.heartbeat(slot, q, not vector, now)
         if flags & wire.F_REPLY and not vector:
             theirs = {(s, i): q for s, i, q in entries}
