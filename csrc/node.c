@@ -10,7 +10,7 @@ const char *const rp_node_counter_names[RP_C__COUNT] = {
     "delivered", "purged", "forgotten", "served", "serve_limited", "gcnote_ids",
     "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
     "purged_buffer", "purged_notices", "catchup_queued", "catchup_again", "catchup_refused",
-    "streams_refused",
+    "streams_refused", "rx_stranger",
 };
 
 int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
@@ -380,10 +380,17 @@ static inline rx_payload_t payload_of(const rp_msgview_t *m) {
     return pl;
 }
 
-/* The sender of a DATA or REPAIR, known from now on; NULL if out of memory. */
-static inline rp_peer_t *rx_peer(rp_node_t *n, uint32_t sender, uint32_t inc) {
+/* The sender of a DATA or REPAIR, known from now on; NULL if out of memory,
+ * at max_streams, or when only a third party names the stream: a REPAIR
+ * answers a request, and nobody asks for a stream it never heard of -- one
+ * named first by another node's REPAIR is a forgery (issue 14). */
+static inline rp_peer_t *rx_peer(rp_node_t *n, uint32_t sender, uint32_t inc, uint32_t source) {
     uint32_t slot = rp_node_find_peer(n, sender, inc);
     if (RP_UNLIKELY(slot == RP_NO_SLOT)) {
+        if (source != sender) {
+            n->c[RP_C_RX_STRANGER]++;
+            return NULL;
+        }
         int64_t s = rp_node_peer(n, sender, inc, 0);
         if (s < 0)
             return NULL;
@@ -489,12 +496,12 @@ static inline void rx_enqueue(rp_node_t *n, rp_peer_t *p, uint64_t seq, uint64_t
 
 /* A DATA (is_repair 0) or REPAIR. */
 static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
-                    int64_t now) {
+                    uint32_t source, int64_t now) {
     if (m->sender == n->id && m->inc == n->inc) {
         n->c[RP_C_RX_DUP]++;        /* our own, repaired to us */
         return;
     }
-    rp_peer_t *p = rx_peer(n, m->sender, m->inc);
+    rp_peer_t *p = rx_peer(n, m->sender, m->inc, source);
     if (RP_UNLIKELY(!p))
         return;
     p->last_heard = now;
@@ -638,10 +645,10 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
         n->bytes_in[m->type] += RP_MSG_HDR + m->len;
         switch (m->type) {
         case RP_T_DATA:
-            rx_data(n, m, 0, src, now);
+            rx_data(n, m, 0, src, h.source, now);
             break;
         case RP_T_REPAIR:
-            rx_data(n, m, 1, src, now);
+            rx_data(n, m, 1, src, h.source, now);
             break;
         case RP_T_HEARTBEAT:
             rx_heartbeat(n, m, now);

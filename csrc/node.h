@@ -76,6 +76,7 @@ enum {
     RP_C_CATCHUP_AGAIN,    /* logger: ids asked for while already queued for the requester */
     RP_C_CATCHUP_REFUSED,  /* logger: ids not queued (queue bounds); asked again later */
     RP_C_STREAMS_REFUSED,  /* streams not created: max_streams known already (message dropped) */
+    RP_C_RX_STRANGER,      /* REPAIRs of a stream never heard of, from another node: dropped */
     RP_C__COUNT
 };
 

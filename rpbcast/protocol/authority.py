@@ -91,10 +91,10 @@ class Authority:
         source = msg[7]
         logger = self.is_logger(source)
         for s, i, iv in missing_intervals(msg[6]):
-            if not logger and s != source:
-                return NOT_AUTHORITY
             if self._beyond(s, i, iv):
                 return OUT_OF_BOUNDS
+            if not logger and s != source:
+                return NOT_AUTHORITY
         return None
 
     def _gcnote(self, msg):
