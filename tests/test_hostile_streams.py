@@ -20,8 +20,9 @@ def test_five_thousand_streams_from_hblists_never_raise_into_handle_timer(tmp_pa
     # (max_streams above the default 4,096: the point is a node that knows 5,000)
     e = Engine(Config(node_id=node_id, members=specs, incarnation=1, gossip_interval=0.01, max_streams=8192,
                       **kw), 0)
-    # 5,000 streams (ids 1000.., each idle at seq 5) in HBLIST messages from member 2
-    entries = [(1000 + k, 1, 5) for k in range(5000)]
+    # 5,000 streams (member 2 in incarnations 1000.., each idle at seq 5; streams of
+    # non-members are refused) in HBLIST messages from member 2
+    entries = [(2, 1000 + k, 5) for k in range(5000)]
     now = MS
     for k in range(0, len(entries), 2500):
         d = wire.datagram([(T.HBLIST, 0, 2, 1, 0, 0, wire.hb_entries(entries[k:k + 2500]))],

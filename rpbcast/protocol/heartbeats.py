@@ -86,14 +86,24 @@ class Heartbeats:
         if vector and group.wants_t_join():
             group.take_t_join(entries)
         else:
+            members = self.e.members
+            refused = 0
             for s, i, q in entries:
                 if s == self.id and i == self.inc:
+                    continue
+                if s not in members and s != source:
+                    # A stream of a node that is no member: nothing we will
+                    # ever be asked to deliver, only state (issue 14).
+                    refused += 1
                     continue
                 try:
                     slot = node.peer(s, i, 0)
                 except StreamLimit:
                     continue            # counted (streams_refused)
                 node.heartbeat(slot, q, not vector, now)
+            if refused:
+                st = self.e.stats
+                st["hblist_strangers"] = st.get("hblist_strangers", 0) + refused
         if flags & wire.F_REPLY and not vector:
             theirs = {(s, i): q for s, i, q in entries}
             push = [e for e in node.idle_entries() if theirs.get((e[0], e[1]), -1) < e[2]]
