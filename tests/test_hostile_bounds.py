@@ -38,8 +38,7 @@ def test_streams_of_non_members_from_a_heartbeat_list_are_refused(tmp_path):
 def test_streams_per_node_are_bounded_by_max_streams():
     """5,000 incarnations of a member named in heartbeat lists: a node keeps
     at most max_streams (default 4,096) streams, counts the rest, and its
-    timers never raise.  (One engine: a memnet group at the bound is
-    docs/security.md's open "exchange at the bound" item.)"""
+    timers never raise."""
     specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3)]
     e = Engine(Config(node_id=1, members=specs, incarnation=1, gossip_interval=0.01), 0)
     entries = [(3, 1000 + k, 5) for k in range(5000)]
@@ -95,3 +94,4 @@ def test_heartbeat_list_ingestion_is_linear_in_entries():
     small = min(_ingest_us_per_entry(2000) for _ in range(3))
     large = min(_ingest_us_per_entry(20000) for _ in range(3))
     assert large <= 2.5 * small, f"{small * 1e6:.2f} us/entry at 2 k streams, {large * 1e6:.2f} at 20 k"
+
