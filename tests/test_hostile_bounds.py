@@ -89,9 +89,10 @@ def _ingest_us_per_entry(n):
 def test_heartbeat_list_ingestion_is_linear_in_entries():
     """Issue: "ingestion is quadratic (1.9 us per entry at 4 k streams,
     58 us at 100 k)".  Loosely, on a shared machine: ten times the entries
-    (new streams) cost at most 2.5 times as much per entry (the best of 3
-    runs each).  bench/ingest_hblist.py measures it properly."""
+    (new streams) cost at most 6 times as much per entry (the best of 3
+    runs each; quadratic ingestion: ~16 times).  bench/ingest_hblist.py
+    measures it properly."""
     small = min(_ingest_us_per_entry(2000) for _ in range(3))
     large = min(_ingest_us_per_entry(20000) for _ in range(3))
-    assert large <= 2.5 * small, f"{small * 1e6:.2f} us/entry at 2 k streams, {large * 1e6:.2f} at 20 k"
+    assert large <= 6 * small, f"{small * 1e6:.2f} us/entry at 2 k streams, {large * 1e6:.2f} at 20 k"
 
