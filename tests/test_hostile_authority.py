@@ -294,3 +294,73 @@ def test_a_members_entry_with_an_absurd_freshness_is_refused(tmp_path):
     g.publish(N, b"n")
     run(g, 1.0)
     g.exactly_once(2 * N)
+
+
+# ------------------------------------------------------------------ on real sockets
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_a_key_holder_in_a_namespace_forges_in_others_names_and_nothing_acts(tmp_path):
+    """Real keyed nodes (1 sends, 2 and 3 receive, 4 logs) in a network
+    namespace; a key holder (node 55: the group key, its own node id, its
+    own MAC) sends DATA ahead of member 1's stream, a logger ACK for it,
+    a GAPNOTE "lost [0, 2^40]" about it, a LEAVE of member 2 and a MEMBERS
+    entry moving member 3 to itself, to every member's port and the group."""
+    import socket
+    import time as _time
+
+    from rpbcast.core.node import Node as CoreNode
+    from rpbcast.tools import netns
+    from test_auth import OLD, collect, drain, keyed_group, publish
+
+    with netns.namespace() as ns, netns.entered(ns):
+        nodes, ports, (gip, gport) = keyed_group(tmp_path, {i: [(1, OLD)] for i in (1, 2, 3, 4)},
+                                                 loggers=[4])
+        try:
+            publish(nodes[1], 300)
+            for i in (2, 3):
+                assert len(collect(nodes[i], 300)) == 300
+            inc = {i: n.incarnation for i, n in nodes.items()}
+            members0 = sorted((m[0], m[1], m[3]) for m in nodes[2].members())
+            holder = CoreNode(1, 55, 1)
+            holder.set_auth([(1, OLD)], _time.time_ns())
+            me = (0x7F000001 << 16) | 9
+            forged = [
+                (T.DATA, 0, 1, inc[1], 0, 500, b"FORGED-ahead"),
+                (T.LOGACK, 0, 1, inc[1], 0, 1 << 20, b""),
+                (T.GAPNOTE, wire.F_LOST, 55, 1, 0, 0, gap_body(1, inc[1], 0, 1 << 40)),
+                (T.LEAVE, 0, 2, inc[2], 0, 1 << 40, b""),
+                (T.MEMBERS, wire.F_PUSH, 55, 1, 1, 0, member_entry(3, inc[3], me, 1 << 40)),
+            ]
+            out = []
+            for type_, flags, sender, inc_, aux, seq, body in forged:     # one datagram each
+                holder.emit(DEST_MCAST, type_, flags, sender, inc_, aux, seq, body)
+                out += [d for _, d in holder.datagrams()]
+            assert len(out) == len(forged)
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 0)
+            for d in out:
+                for i in nodes:
+                    s.sendto(d, ("127.0.0.1", ports[i]))
+            s.close()
+            _time.sleep(0.3)
+            publish(nodes[1], 300, tag=b"n")
+            for i in (2, 3):
+                got = collect(nodes[i], 300)
+                assert sorted(got) == sorted((1, 300 + k, b"n%d" % k) for k in range(300)), f"node {i}"
+                assert max(got.values()) == 1
+                assert not [m for m in drain(nodes[i]) if b"FORGED" in m[2]]
+            for i in (2, 3):
+                st = nodes[i].stats()
+                assert st["rx_reasons"].get("not_own", 0) >= 1, f"node {i}"
+                assert st.get("ctl_rejected", 0) >= 2, f"node {i}"
+                assert not [e for e in nodes[i].events() if e[0] == "lost"], f"node {i}"
+            assert nodes[1].stats().get("ctl_rejected_not_authority", 0) >= 1
+            assert sorted((m[0], m[1], m[3]) for m in nodes[2].members()) == members0
+            addr3 = {m[0]: m[1] for m in nodes[2].members()}[3]
+            assert {m[0]: m[1] for m in nodes[1].members()}[3] == addr3 == f"127.0.0.1:{ports[3]}"
+            publish(nodes[1], 100, tag=b"p")
+            assert len(collect(nodes[3], 100)) == 100
+        finally:
+            for n in nodes.values():
+                n.close()
