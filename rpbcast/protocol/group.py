@@ -193,6 +193,8 @@ class Group(StaticGroup):
             if m.node_id == self.id:
                 continue
             before = self.members.get(m.node_id)
+            if before is not None and not m.addr:
+                m.addr = before.addr        # an entry that names no address keeps the one we know
             if before is not None and m.node_id != source and (
                     (before.addr and m.addr != before.addr) or (before.inc and m.inc > before.inc)):
                 # A known member's address or incarnation changes only
