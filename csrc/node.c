@@ -10,6 +10,7 @@ const char *const rp_node_counter_names[RP_C__COUNT] = {
     "delivered", "purged", "forgotten", "served", "serve_limited", "gcnote_ids",
     "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
     "purged_buffer", "purged_notices", "catchup_queued", "catchup_again", "catchup_refused",
+    "streams_refused", "rx_stranger",
 };
 
 int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
@@ -26,6 +27,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
     n->max_gap = cfg->max_gap ? cfg->max_gap : ((uint64_t)1 << 32);
     n->max_dgram = RP_WIRE_MAX_DGRAM;
     n->max_scan = cfg->max_scan ? cfg->max_scan : 65536;
+    n->max_streams = cfg->max_streams ? cfg->max_streams : RP_MAX_STREAMS_DEFAULT;
     n->last_slot = RP_NO_SLOT;
     rp_tb_init(&n->repair_rate);
     int rc;
@@ -108,6 +110,8 @@ void rp_node_free(rp_node_t *n) {
 
 /* ---- peers ------------------------------------------------------------- */
 
+#define PEER_BY_ID 1     /* pindex tag: node id -> its newest stream's slot */
+
 uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc) {
     if (n->last_slot != RP_NO_SLOT) {
         rp_peer_t *p = n->peers[n->last_slot];
@@ -127,6 +131,11 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         return s;
     if (base >= RP_SEQ_LIMIT)
         return RP_EINVAL;
+    /* Every stream costs state; anyone can name new ones (issue 14). */
+    if (n->npeers >= n->max_streams) {
+        n->c[RP_C_STREAMS_REFUSED]++;
+        return RP_EFULL;
+    }
     if (n->npeers == n->pcap) {
         uint32_t nc = n->pcap * 2;
         rp_peer_t **np = (rp_peer_t **)realloc(n->peers, nc * sizeof(rp_peer_t *));
@@ -144,6 +153,7 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     p->idle_seq = RP_NOT_IDLE;
     p->gossip_cursor = base;
     p->last_heard = INT64_MIN;
+    p->older = RP_NO_SLOT;
     if (rp_seqtrack_init(&p->st, base, n->max_gap, 0) || rp_iset_init(&p->lmissing, 4, 0) ||
         rp_iset_init(&p->inflight, 4, 0) || rp_iset_init(&p->lflight, 4, 0))
         goto fail;
@@ -178,15 +188,32 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     }
     if (rp_hmap_put(&n->pindex, ((uint64_t)id << 32) | inc, 0, p->slot) < 0)
         goto fail;
-    /* An older incarnation of the same node is dead from now on. */
-    for (uint32_t i = 0; i < n->npeers; i++)
-        if (n->peers[i]->id == id && n->peers[i]->inc < inc)
-            n->peers[i]->dead = 1;
+    /* The streams of one node id form a chain, newest first (PEER_BY_ID):
+     * an incarnation kills the older ones in O(incarnations), not O(streams). */
+    uint64_t *newest = rp_hmap_get(&n->pindex, id, PEER_BY_ID);
+    p->older = newest ? (uint32_t)*newest : RP_NO_SLOT;
+    if (rp_hmap_put(&n->pindex, id, PEER_BY_ID, p->slot) < 0) {
+        uint64_t old;
+        rp_hmap_del(&n->pindex, ((uint64_t)id << 32) | inc, 0, &old);
+        goto fail;
+    }
     n->peers[n->npeers++] = p;
     return p->slot;
 fail:
     peer_free(p);
     return RP_ENOMEM;
+}
+
+/* The node itself spoke in this incarnation (DATA or HEARTBEAT in its own
+ * datagram): its older incarnations are dead from now on.  Only the node
+ * itself can say so -- a stream named by a third party (a REPAIR, a
+ * heartbeat list, a sponsor's vector) must not end a live one (issue 14). */
+static void own_heard(rp_node_t *n, rp_peer_t *p) {
+    p->own_heard = 1;
+    uint64_t *v = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
+    for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older)
+        if (n->peers[s]->inc < p->inc)
+            n->peers[s]->dead = 1;
 }
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -353,10 +380,17 @@ static inline rx_payload_t payload_of(const rp_msgview_t *m) {
     return pl;
 }
 
-/* The sender of a DATA or REPAIR, known from now on; NULL if out of memory. */
-static inline rp_peer_t *rx_peer(rp_node_t *n, uint32_t sender, uint32_t inc) {
+/* The sender of a DATA or REPAIR, known from now on; NULL if out of memory,
+ * at max_streams, or when only a third party names the stream: a REPAIR
+ * answers a request, and nobody asks for a stream it never heard of -- one
+ * named first by another node's REPAIR is a forgery (issue 14). */
+static inline rp_peer_t *rx_peer(rp_node_t *n, uint32_t sender, uint32_t inc, uint32_t source) {
     uint32_t slot = rp_node_find_peer(n, sender, inc);
     if (RP_UNLIKELY(slot == RP_NO_SLOT)) {
+        if (source != sender) {
+            n->c[RP_C_RX_STRANGER]++;
+            return NULL;
+        }
         int64_t s = rp_node_peer(n, sender, inc, 0);
         if (s < 0)
             return NULL;
@@ -462,15 +496,17 @@ static inline void rx_enqueue(rp_node_t *n, rp_peer_t *p, uint64_t seq, uint64_t
 
 /* A DATA (is_repair 0) or REPAIR. */
 static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
-                    int64_t now) {
+                    uint32_t source, int64_t now) {
     if (m->sender == n->id && m->inc == n->inc) {
         n->c[RP_C_RX_DUP]++;        /* our own, repaired to us */
         return;
     }
-    rp_peer_t *p = rx_peer(n, m->sender, m->inc);
+    rp_peer_t *p = rx_peer(n, m->sender, m->inc, source);
     if (RP_UNLIKELY(!p))
         return;
     p->last_heard = now;
+    if (RP_UNLIKELY(!is_repair && !p->own_heard))
+        own_heard(n, p);
     uint64_t lo, hi;
     int a = rp_seqtrack_accept(&p->st, m->seq, &lo, &hi);
     if (a != RP_ACC_NEW && a != RP_ACC_FILL) {
@@ -551,6 +587,8 @@ static void rx_heartbeat(rp_node_t *n, const rp_msgview_t *m, int64_t now) {
         slot = (uint32_t)s;
     }
     n->peers[slot]->last_heard = now;
+    if (RP_UNLIKELY(!n->peers[slot]->own_heard))
+        own_heard(n, n->peers[slot]);
     if (n->tracing)
         rp_trace(&n->trace, now, RP_EV_HEARTBEAT, m->sender, m->inc, m->seq, 0, 0, 1);
     rp_node_heartbeat(n, slot, m->seq, m->flags & RP_MF_IDLE, now);
@@ -588,16 +626,29 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
         n->c[RP_C_RX_OWN]++;
         return RP_WR_OK;
     }
+    /* A stream's DATA and HEARTBEATs come only from its own node: anyone
+     * else's are forgeries (ahead of the stream, a new incarnation ending
+     * the live one).  A genuine datagram never mixes them, so the whole
+     * datagram goes.  With a key the source is bound by the MAC (auth.c). */
+    for (size_t i = 0; i < h.count; i++) {
+        const rp_msgview_t *m = &n->mv[i];
+        if ((m->type == RP_T_DATA || m->type == RP_T_HEARTBEAT) &&
+            RP_UNLIKELY(m->sender != h.source)) {
+            n->rx_reason[RP_WR_NOT_OWN]++;
+            n->c[RP_C_RX_BAD]++;
+            return RP_WR_NOT_OWN;
+        }
+    }
     for (size_t i = 0; i < h.count; i++) {
         const rp_msgview_t *m = &n->mv[i];
         n->msgs_in[m->type]++;
         n->bytes_in[m->type] += RP_MSG_HDR + m->len;
         switch (m->type) {
         case RP_T_DATA:
-            rx_data(n, m, 0, src, now);
+            rx_data(n, m, 0, src, h.source, now);
             break;
         case RP_T_REPAIR:
-            rx_data(n, m, 1, src, now);
+            rx_data(n, m, 1, src, h.source, now);
             break;
         case RP_T_HEARTBEAT:
             rx_heartbeat(n, m, now);

@@ -75,6 +75,8 @@ enum {
     RP_C_CATCHUP_QUEUED,   /* logger: ids queued to stream from the log (catchup.h) */
     RP_C_CATCHUP_AGAIN,    /* logger: ids asked for while already queued for the requester */
     RP_C_CATCHUP_REFUSED,  /* logger: ids not queued (queue bounds); asked again later */
+    RP_C_STREAMS_REFUSED,  /* streams not created: max_streams known already (message dropped) */
+    RP_C_RX_STRANGER,      /* REPAIRs of a stream never heard of, from another node: dropped */
     RP_C__COUNT
 };
 
@@ -111,6 +113,8 @@ typedef struct {
     uint64_t *purged_ring;     /* eviction order of purged records */
     uint32_t purged_head, purged_n;
     uint8_t dead;              /* a newer incarnation of this id exists */
+    uint8_t own_heard;         /* DATA or HEARTBEAT heard from the node itself */
+    uint32_t older;            /* slot of the previously created stream of this id, or RP_NO_SLOT */
     uint64_t rx_new, rx_fill, rx_dup;
 } rp_peer_t;
 
@@ -140,6 +144,7 @@ typedef struct {
     uint64_t max_gap;
     size_t max_dgram;          /* largest datagram accepted */
     uint32_t max_scan;         /* ids examined per served gossip section */
+    uint32_t max_streams;      /* streams (sender incarnations) known at most */
     /* own stream */
     uint64_t next_seq;
     uint64_t acked;            /* every own seq < acked is logged */
@@ -192,8 +197,11 @@ typedef struct {
     uint64_t max_gap;
     uint64_t srb_w;
     uint32_t max_scan;
+    uint32_t max_streams;      /* 0: RP_MAX_STREAMS_DEFAULT */
     uint8_t deliver_own, fifo, is_logger, no_deliver;
 } rp_node_cfg_t;
+
+#define RP_MAX_STREAMS_DEFAULT 4096
 
 int  rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg);
 void rp_node_free(rp_node_t *n);

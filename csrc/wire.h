@@ -124,6 +124,8 @@ enum {
     RP_WR_SEQ,          /* sequence number beyond the allowed range */
     RP_WR_GROUP,        /* another group's datagram (counted by the engine) */
     RP_WR_AUTH,         /* MAC check failed (counted by the engine) */
+    RP_WR_NOT_OWN,      /* DATA or HEARTBEAT of a stream not the datagram source's own
+                           (counted by the engine) */
     RP_WR__COUNT
 };
 

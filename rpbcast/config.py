@@ -90,6 +90,8 @@ class Config:
     repair_rate: float = 0.0              # repairs/s this node serves (0 = unlimited; §7.1)
     repair_burst: float = 0.0
     max_scan: int = 65536                 # ids examined per requested section
+    max_streams: int = 4096               # streams (sender incarnations) a node keeps state for;
+                                          # data of further ones is dropped, counted streams_refused
     ping_interval: float = 1.0            # RTT probes for biased selection
 
     # senders
@@ -277,6 +279,7 @@ class Config:
         need(self.srb_f >= 0, "srb_f must be >= 0")
         need(self.conflate in (0, 1, 2), f"conflate must be 0 (off), 1 or 2, got {self.conflate!r}")
         need(self.max_gap >= 1, "max_gap must be >= 1")
+        need(1 <= self.max_streams <= 1 << 24, f"max_streams must be in 1..2**24, got {self.max_streams}")
         need(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
@@ -349,7 +352,8 @@ class Config:
 
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
-               "nack_sender_max", "max_scan", "sponsors", "ack_loggers", "srb_window", "srb_f", "send_window",
+               "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
+               "send_window",
                "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl")
 _NUMBER_FIELDS = ("repair_rate", "repair_burst", "drop_rate", "log_min_keep")
 

@@ -17,9 +17,12 @@ def test_five_thousand_streams_from_hblists_never_raise_into_handle_timer(tmp_pa
     specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3, "logger")]
     kw = dict(role="logger", log_dir=str(tmp_path / "log")) if role == "logger" else {}
     node_id = 3 if role == "logger" else 1
-    e = Engine(Config(node_id=node_id, members=specs, incarnation=1, gossip_interval=0.01, **kw), 0)
-    # 5,000 streams (ids 1000.., each idle at seq 5) in HBLIST messages from member 2
-    entries = [(1000 + k, 1, 5) for k in range(5000)]
+    # (max_streams above the default 4,096: the point is a node that knows 5,000)
+    e = Engine(Config(node_id=node_id, members=specs, incarnation=1, gossip_interval=0.01, max_streams=8192,
+                      **kw), 0)
+    # 5,000 streams (member 2 in incarnations 1000.., each idle at seq 5; streams of
+    # non-members are refused) in HBLIST messages from member 2
+    entries = [(2, 1000 + k, 5) for k in range(5000)]
     now = MS
     for k in range(0, len(entries), 2500):
         d = wire.datagram([(T.HBLIST, 0, 2, 1, 0, 0, wire.hb_entries(entries[k:k + 2500]))],

@@ -517,7 +517,7 @@ cdef extern from "node.h" nogil:
     ctypedef struct rp_node_cfg_t:
         uint32_t group, id, inc, mtu
         uint64_t store_bytes, store_entries, max_gap, srb_w
-        uint32_t max_scan
+        uint32_t max_scan, max_streams
         uint8_t deliver_own, fifo, is_logger, no_deliver
     int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
     int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int nkeys,

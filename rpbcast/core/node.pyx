@@ -59,6 +59,10 @@ asked for and the ids left unanswered ((n, 2) uint64 intervals), the first id
 and the number of ids its GcNOTE named (None, 0: no GcNOTE), REPAIRs queued."""
 
 
+class StreamLimit(Exception):
+    """Node.peer: max_streams streams are known already; none is created."""
+
+
 def counter_names():
     return [rp_node_counter_names[i].decode() for i in range(RP_C__COUNT)]
 
@@ -76,7 +80,7 @@ cdef class Node:
                   uint64_t store_bytes=64 << 20, uint64_t store_entries=1 << 20,
                   uint64_t max_gap=1 << 32, uint64_t srb_w=0, uint32_t max_scan=65536,
                   bint deliver_own=False, bint fifo=False, bint is_logger=False,
-                  bint no_deliver=False):
+                  bint no_deliver=False, uint32_t max_streams=0):
         cdef rp_node_cfg_t cfg
         cfg.group = group
         cfg.id = node_id
@@ -87,6 +91,7 @@ cdef class Node:
         cfg.max_gap = max_gap
         cfg.srb_w = srb_w
         cfg.max_scan = max_scan
+        cfg.max_streams = max_streams
         cfg.deliver_own = deliver_own
         cfg.fifo = fifo
         cfg.is_logger = is_logger
@@ -235,9 +240,12 @@ cdef class Node:
     # ---- peers -----------------------------------------------------------
 
     def peer(self, uint32_t node_id, uint32_t inc, uint64_t base=0):
-        """Slot of (node_id, inc), created with ``base`` if new."""
+        """Slot of (node_id, inc), created with ``base`` if new; StreamLimit
+        when it is new and max_streams streams are known already."""
         cdef int64_t s = rp_node_peer(&self.n, node_id, inc, base)
         if s < 0:
+            if s == RP_EFULL:
+                raise StreamLimit(f"max_streams streams known: ({node_id}, {inc}) not created")
             raise ValueError("base out of range") if s == RP_EINVAL else MemoryError()
         return s
 

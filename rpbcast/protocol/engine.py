@@ -44,6 +44,7 @@ from rpbcast.config import Config, read_key_file
 from rpbcast.core import wire
 from rpbcast.core.node import NOLABEL, Node
 from rpbcast.protocol import send_buffer
+from rpbcast.protocol.authority import HANDLER_ERROR, Authority
 from rpbcast.protocol.extension import Context, Hooks
 from rpbcast.protocol.fifo_srb import FifoSrb
 from rpbcast.protocol.group import Group
@@ -97,7 +98,7 @@ class Engine:
         self.is_logger = cfg.role == "logger"
         self.node = Node(cfg.group, self.id, self.inc, mtu=cfg.mtu, store_bytes=cfg.store_bytes,
                          store_entries=cfg.store_entries, max_gap=cfg.max_gap,
-                         srb_w=cfg.srb_window, max_scan=cfg.max_scan,
+                         srb_w=cfg.srb_window, max_scan=cfg.max_scan, max_streams=cfg.max_streams,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger)
         if cfg.key_file is not None:
@@ -119,6 +120,8 @@ class Engine:
         self._logger = None
         self._before_publish = _nothing
         self._parts_timer = None
+        self.authority = None            # rpbcast.protocol.authority (set by a composition)
+        self.last_handler_error = None   # the last exception a peer's message raised (for diagnosis)
         parts, extensions = self._compose(now, log)
         self._handlers = {}
         for p in parts:
@@ -152,6 +155,7 @@ class Engine:
         extensions (the logger role, FIFO-SRB)."""
         cfg = self.cfg
         self.group = Group(self, now)
+        self.authority = Authority(self)
         self.logger_acks = send_buffer.LoggerAcks(self, now)
         self.send_buffer = send_buffer.for_config(self, self.logger_acks, now)
         self.send_buffer.update_hold()
@@ -395,15 +399,35 @@ class Engine:
         self._now = now
         heard = self.members.heard
         handlers = self._handlers
+        authority = self.authority
         for msg in self.node.take_control():
             heard(msg[7], now)
-            h = handlers.get(msg[0])
-            if h is not None:
-                h(msg, now)
-            else:
-                for on_message in self.hooks.on_message:
-                    if on_message(msg, now):
-                        break
+            if authority is not None:
+                why = authority.check(msg)
+                if why is not None:
+                    self.reject(why)
+                    continue
+            # A peer's message never raises into the driver: one that makes a
+            # handler raise is dropped and counted (issue 14).  (Exception,
+            # not BaseException: KeyboardInterrupt and exits still stop us.)
+            try:
+                h = handlers.get(msg[0])
+                if h is not None:
+                    h(msg, now)
+                else:
+                    for on_message in self.hooks.on_message:
+                        if on_message(msg, now):
+                            break
+            except Exception as exc:
+                self.reject(HANDLER_ERROR)
+                self.last_handler_error = f"{type(exc).__name__}: {exc} (message type {msg[0]} from {msg[7]})"
+
+    def reject(self, reason: str):
+        """Count a control message dropped for `reason` (rpbcast.protocol.authority)."""
+        stats = self.stats
+        key = "ctl_rejected_" + reason
+        stats[key] = stats.get(key, 0) + 1
+        stats["ctl_rejected"] = stats.get("ctl_rejected", 0) + 1
 
     # ------------------------------------------------------------------ stats
     def counters(self):

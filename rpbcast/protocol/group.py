@@ -23,7 +23,8 @@ declared failed, and recovers when heard from again.
 from __future__ import annotations
 
 from rpbcast.core import wire
-from rpbcast.core.node import DEST_MCAST, PHASE_ALL
+from rpbcast.core.node import DEST_MCAST, PHASE_ALL, StreamLimit
+from rpbcast.protocol.authority import NOT_AUTHORITY
 from rpbcast.protocol.heartbeats import HB_VECTOR
 from rpbcast.protocol.membership import (
     DISCONNECTED, MEMBER, NOT_MEMBER, PENDING_JOIN, PENDING_LEAVE, ROLE_LOGGER, ROLE_MEMBER, Member,
@@ -186,11 +187,26 @@ class Group(StaticGroup):
         entries = self._read_members(body)
         theirs = {}
         changed = False
+        source_logger = None
         for m in entries:
             theirs[m.node_id] = m.key()
             if m.node_id == self.id:
                 continue
             before = self.members.get(m.node_id)
+            if before is not None and not m.addr:
+                m.addr = before.addr        # an entry that names no address keeps the one we know
+            if before is not None and m.node_id != source and (
+                    (before.addr and m.addr != before.addr) or (before.inc and m.inc > before.inc)):
+                # A known member's address or incarnation changes only
+                # on its own word (its JOIN, its own entry) or a logger's:
+                # anyone else could redirect its traffic or end its stream
+                # (issue 14; docs/security.md, "Authority").
+                if source_logger is None:
+                    sm = self.members.get(source)
+                    source_logger = sm is not None and sm.is_logger
+                if not source_logger:
+                    self.e.reject("members_" + NOT_AUTHORITY)
+                    continue
             was = before.status if before is not None else None
             if self.members.upsert(m):
                 changed = True
@@ -302,12 +318,12 @@ class Group(StaticGroup):
         for s, i, q in entries:
             if (s == self.id and i == self.inc) or (s, i) in resumed:
                 continue            # (a resumed stream: the receiver said what it has)
-            if self._catch_up:
-                node.peer(s, i, 0)
-                continue
             slot = node.find_peer(s, i)
-            if slot is None:
-                node.peer(s, i, q + 1)
+            if slot is None or self._catch_up:
+                try:
+                    node.peer(s, i, 0 if self._catch_up else q + 1)
+                except StreamLimit:
+                    pass                # counted (streams_refused)
                 continue
             info = node.peer_info(slot)
             base, nxt = info["base"], info["next"]

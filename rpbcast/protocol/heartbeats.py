@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from rpbcast.core import wire
+from rpbcast.core.node import StreamLimit
 from rpbcast.protocol.trace_events import EV_HEARTBEAT
 
 T = wire.MsgType
@@ -26,14 +27,15 @@ HB_VECTOR = wire.F_VECTOR
 
 def send_hblist(emit, mtu, dest, entries, flags, kind):
     """[(sender, inc, seq)] as HBLIST messages of kind HB_IDLE or HB_VECTOR,
-    as many as it takes (one, empty, for no entries)."""
+    as many as it takes (one, empty, for no entries); aux = the size of the
+    whole list, so a receiver knows when it has every part."""
     per = (mtu - wire.DG_HDR - wire.MSG_HDR) // 16
     flags |= kind
     if not entries:
         emit(dest, T.HBLIST, b"", flags)
         return
     for k in range(0, len(entries), per):
-        emit(dest, T.HBLIST, wire.hb_entries(entries[k:k + per]), flags)
+        emit(dest, T.HBLIST, wire.hb_entries(entries[k:k + per]), flags, aux=len(entries))
 
 
 class Heartbeats:
@@ -47,6 +49,8 @@ class Heartbeats:
         self._mtu = cfg.mtu
         self._idle_ns = int(round(cfg.idle_after * NS))
         self.idle_announced = -1          # next_seq value the idle heartbeat covered
+        self._reply_parts = {}            # replier's address -> [list size, {(s, i): seq}, first part's time]
+        self._parts_ns = int(round(cfg.gossip_interval * NS))
 
     def handlers(self):
         return {T.HBLIST: self.on_hblist}
@@ -85,14 +89,43 @@ class Heartbeats:
         if vector and group.wants_t_join():
             group.take_t_join(entries)
         else:
+            members = self.e.members
+            refused = 0
             for s, i, q in entries:
                 if s == self.id and i == self.inc:
                     continue
-                slot = node.peer(s, i, 0)
+                if s not in members and s != source:
+                    # A stream of a node that is no member: nothing we will
+                    # ever be asked to deliver, only state (issue 14).
+                    refused += 1
+                    continue
+                try:
+                    slot = node.peer(s, i, 0)
+                except StreamLimit:
+                    continue            # counted (streams_refused)
                 node.heartbeat(slot, q, not vector, now)
+            if refused:
+                st = self.e.stats
+                st["hblist_strangers"] = st.get("hblist_strangers", 0) + refused
         if flags & wire.F_REPLY and not vector:
+            # Push back what the replier is behind on: entries it holds at an
+            # older seq at once, entries it lacks only once every part of its
+            # list is here (a part lacks most entries: pushing on each part
+            # multiplied the traffic by the number of parts -- a storm when
+            # the lists never agree, e.g. a node at max_streams).
             theirs = {(s, i): q for s, i, q in entries}
-            push = [e for e in node.idle_entries() if theirs.get((e[0], e[1]), -1) < e[2]]
+            acc = self._reply_parts.get(src)
+            if acc is None and len(self._reply_parts) >= 256:
+                self._reply_parts.clear()        # bounded: anyone can send a part
+            if acc is None or acc[0] != aux or now - acc[2] > self._parts_ns:
+                acc = self._reply_parts[src] = [aux, {}, now]
+            acc[1].update(theirs)
+            if len(acc[1]) >= aux:
+                del self._reply_parts[src]
+                have = acc[1]
+                push = [e for e in node.idle_entries() if have.get((e[0], e[1]), -1) < e[2]]
+            else:
+                push = [e for e in node.idle_entries() if -1 < theirs.get((e[0], e[1]), -1) < e[2]]
             if push:
                 self.send_list(src, push, wire.F_PUSH, HB_IDLE)
         # as after a received batch: the list may show gaps to pull at once

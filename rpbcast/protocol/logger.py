@@ -34,7 +34,7 @@ import collections
 
 from rpbcast.core import wire
 from rpbcast.core.logstore import LogStore
-from rpbcast.core.node import DEST_MCAST, PHASE_ALL, PHASE_LOGGER, SEQ_LIMIT
+from rpbcast.core.node import DEST_MCAST, PHASE_ALL, PHASE_LOGGER, SEQ_LIMIT, StreamLimit
 from rpbcast.protocol.extension import Extension
 from rpbcast.protocol.membership import ROLE_LOGGER
 
@@ -100,7 +100,10 @@ class LoggerRole(Extension):
             base = min(firsts)
             if base >= SEQ_LIMIT:
                 continue               # nothing a tracker can hold (a forged seq)
-            slot = node.peer(sender, inc, base)
+            try:
+                slot = node.peer(sender, inc, base)
+            except StreamLimit:
+                continue               # more streams in the log than max_streams (counted)
             node.mark_received_intervals(slot, iv)
             if len(damaged):
                 top = int(damaged[-1, 1])
@@ -299,9 +302,15 @@ class LoggerRole(Extension):
         if slot is not None and top is not None and top < node.peer_next(slot) + (1 << 20):
             # Someone saw more of this stream than we did: start pulling it.
             node.heartbeat(slot, top, False, now)
-        elif slot is None and top is None and intervals is not None and len(intervals):
+        elif (slot is None and top is None and intervals is not None and len(intervals)
+              and sender in self.ctx.members):
+            # A stream we never saw, of a member we know (a request naming a
+            # stranger's stream must not make us pull it: issue 14).
             hi = int(max(int(h) for _, h in intervals))
-            s2 = node.peer(sender, inc, 0)
+            try:
+                s2 = node.peer(sender, inc, 0)
+            except StreamLimit:
+                return                  # counted (streams_refused)
             node.heartbeat(s2, hi, False, now)
 
     # ------------------------------------------------------------------ logger phase

@@ -31,6 +31,7 @@ ROLE_MEMBER = 0
 ROLE_LOGGER = 1
 
 MEMBERSHIP_SEED = 0x6D656D6265727331  # "members1"
+MAX_FRESHNESS = 1 << 48               # beyond anything a member counts up to (issue 14)
 
 
 @dataclass
@@ -130,7 +131,11 @@ class MemberTable:
 
     # -- updates -----------------------------------------------------------
     def upsert(self, m: Member) -> bool:
-        """Merge one entry by freshness; returns True if it changed the table."""
+        """Merge one entry by freshness; returns True if it changed the table.
+        A freshness of MAX_FRESHNESS or more is refused: a member counts one
+        per join, leave or announcement, and the signature holds 56 bits."""
+        if not 0 <= m.freshness < MAX_FRESHNESS:
+            return False
         cur = self.members.get(m.node_id)
         if cur is not None and cur.key() >= m.key():
             if cur.key() == m.key() and (cur.addr != m.addr and m.addr):

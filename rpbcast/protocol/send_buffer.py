@@ -86,6 +86,11 @@ class LoggerAcks:
                 self.on_ack(logger_id, frontier, now)
 
     def on_ack(self, logger_id, frontier, now):
+        # Only a logger acknowledges (rpbcast.protocol.authority checks the
+        # LOGACK; a logger's gossip frontiers come from a member-table
+        # logger), and never more than we sent: a frontier beyond it would
+        # release what is sent later, unlogged, the moment it is published.
+        frontier = min(frontier, self.node.next_seq)
         if frontier <= self.acks.get(logger_id, 0):
             return
         self.acks[logger_id] = frontier
