@@ -205,7 +205,7 @@ class Node:
                 if_ip=if_ip, ifindex=ifindex, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
                 sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
                 busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
-                drop_rate=cfg.drop_rate)
+                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive)
         except SocketError as e:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
@@ -227,6 +227,7 @@ class Node:
         self._batch = None
         self._bi = 0
         self._buf = bytearray(max(4 << 20, cfg.mtu * 4096))
+        self._spin = cfg.receive_spin_us * 1e-6
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
@@ -438,7 +439,12 @@ class Node:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            self.transport.wait(-1 if left is None else min(left, 0.1) if self.transport else left)
+            if self.transport.app_receive:
+                # this thread reads the sockets while it waits: no hop
+                # through the loop thread (close() wakes it)
+                self.transport.app_wait(-1 if left is None else left, self._spin)
+            else:
+                self.transport.wait(-1 if left is None else min(left, 0.1))
 
     def __iter__(self):
         while not self._closed:
