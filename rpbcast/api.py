@@ -439,12 +439,20 @@ class Node:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            if self.transport.app_receive:
-                # this thread reads the sockets while it waits: no hop
-                # through the loop thread (close() wakes it)
-                self.transport.app_wait(-1 if left is None else left, self._spin)
-            else:
-                self.transport.wait(-1 if left is None else min(left, 0.1))
+            self.wait(left)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait up to timeout seconds (None: until close()) until deliveries
+        are pending, for recv_batch; True if they may be.  With
+        Config.app_receive (the default) the calling thread reads the
+        sockets and runs the data plane itself while it waits, after
+        spinning up to Config.receive_spin_us: a message reaches it with one
+        thread wake-up, not two (the loop thread's, then this one's); control
+        messages in what it reads go to the loop thread."""
+        t = self.transport
+        if t.app_receive:
+            return t.app_wait(-1 if timeout is None else max(timeout, 0.0), self._spin) > 0
+        return t.wait(-1 if timeout is None else min(max(timeout, 0.0), 0.1))
 
     def __iter__(self):
         while not self._closed:
