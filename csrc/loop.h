@@ -67,6 +67,8 @@ typedef struct {
     int ctl_pending;         /* control bodies of an application batch wait for
                               * the loop (they point into arx: not reused till then) */
     int64_t blind_max_ns;
+    volatile int loop_blind; /* the loop sleeps without watching the sockets */
+    int app_busy;            /* the application's receive got a full batch */
     rp_rxbatch_t arx;        /* the application thread's receive batch (lazy) */
     uint32_t arx_cap;
     int arx_gro;
