@@ -349,10 +349,11 @@ static int app_rx_once(rp_loop_t *l) {
             }
             if ((uint32_t)r < l->arx.cap)
                 break;
-            l->app_busy = 1;    /* a full batch: more is coming */
         }
     }
     l->n_app_rx_dgrams += (uint64_t)got;
+    if (got >= 8)
+        l->app_busy = 1;        /* a stream, not a lone message: more is coming */
     l->delivered_signal = n->store.head;    /* the loop need not signal these */
     if (handoff) {
         l->n_app_handoffs++;
