@@ -6,7 +6,9 @@ The C loop (``csrc/loop.c``) receives datagram batches straight into the
 node's data plane with the GIL released; it calls back into the engine (with
 the GIL) only for control messages, due timers and immediate pulls, and it
 sends the outbox with sendmmsg / UDP GSO.  The application publishes and
-receives through this object from its own thread(s).
+receives through this object from its own thread(s); a thread waiting for
+deliveries (app_wait) reads the sockets itself while the loop thread leaves
+them to it (docs/architecture.md, "Threads and locks").
 """
 import logging
 import threading
