@@ -405,10 +405,13 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
             ts.tv_nsec = w % 1000000000LL;
             tp = &ts;
         }
-        if (ppoll(p, (nfds_t)np, tp, NULL) > 0 && p[0].revents) {
+        int r = ppoll(p, (nfds_t)np, tp, NULL);
+        if (r < 0 && errno == EINTR)
+            break;      /* a signal: back to Python, which runs its handler */
+        if (r > 0 && p[0].revents) {
             uint64_t v;
-            ssize_t r = read(l->app_fd, &v, sizeof(v));
-            (void)r;
+            ssize_t n = read(l->app_fd, &v, sizeof(v));
+            (void)n;
         }
     }
     __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);

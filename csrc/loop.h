@@ -103,7 +103,8 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
 /* The application thread waits for deliveries, receiving from the sockets
  * itself (when app_rx): spin up to spin_ns retrying non-blocking receives,
  * then sleep in poll() on the sockets and app_fd, up to timeout_ns (-1:
- * forever).  Control messages and gaps in its batch are handed to the loop
+ * forever; a signal ends the wait early, so Python can run its handler).
+ * Control messages and gaps in its batch are handed to the loop
  * thread (woken), never run here.  Returns the deliveries pending (> 0), or 0
  * on timeout.  Call without mu held, from a threaded loop only. */
 uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns);

@@ -70,7 +70,9 @@ def test_a_waiting_receive_gets_each_message_without_the_loop_threads_hop():
     n = 300
     with netns.namespace() as ns, netns.entered(ns):
         for app_receive in (True, False):
-            a, b = pair(app_receive=app_receive)
+            # gossip as by default (every 0.2 s), not every 20 ms: control
+            # messages are what the loop still signals for
+            a, b = pair(app_receive=app_receive, gossip_interval=0.2)
             try:
                 got = {}
                 app0, rx0, sig0 = loop_rx(b)
@@ -248,3 +250,28 @@ def test_close_wakes_a_receiver_waiting_forever():
 def test_bad_receive_options_name_the_key(key, value):
     with pytest.raises(ConfigError, match=key):
         Config(node_id=1, **{key: value}).validate()
+
+
+def test_a_signal_reaches_python_while_receive_waits_forever():
+    """SIGTERM/Ctrl-C must not wait for a message: the receive wait in C ends
+    on EINTR so the handler runs (`rpbcast sub` ends on SIGTERM this way)."""
+    import signal
+
+    class Woken(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Woken()
+
+    a, b = pair(transport="unicast")
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        t0 = time.monotonic()
+        with pytest.raises(Woken):
+            b.receive()                         # no timeout
+        assert time.monotonic() - t0 < 5
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        close(a, b)
