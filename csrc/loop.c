@@ -2,6 +2,7 @@
 #include "loop.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -25,9 +26,12 @@ int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint
     l->busy_poll = busy_poll;
     l->max_batches = 16;
     l->next_timer = INT64_MAX;
-    l->epfd = l->wake_fd = l->app_fd = -1;
+    l->epfd = l->wake_fd = l->app_fd = l->ctl_epfd = -1;
     l->win.fd = -1;
+    l->blind_max_ns = 1000000;
+    l->arx_cap = rx_batch;
     int gro = (mrx && mrx->gro) || (uc && uc->gro);
+    l->arx_gro = gro;
     if (rp_rx_init(&l->rx, rx_batch, gro))
         return RP_ENOMEM;
     if (pthread_mutex_init(&l->mu, NULL)) {
@@ -38,7 +42,8 @@ int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint
     l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     l->app_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     rp_sendwin_init(&l->win, 0);
-    if (l->epfd < 0 || l->wake_fd < 0 || l->app_fd < 0 || l->win.fd < 0) {
+    l->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (l->epfd < 0 || l->wake_fd < 0 || l->app_fd < 0 || l->win.fd < 0 || l->ctl_epfd < 0) {
         int e = -errno;
         rp_loop_free(l);
         return e;
@@ -56,6 +61,7 @@ int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint
     }
     ev.data.u32 = 2;
     epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev);
+    epoll_ctl(l->ctl_epfd, EPOLL_CTL_ADD, l->wake_fd, &ev);
     return RP_OK;
 }
 
@@ -63,9 +69,11 @@ void rp_loop_free(rp_loop_t *l) {
     if (l->epfd >= 0) close(l->epfd);
     if (l->wake_fd >= 0) close(l->wake_fd);
     if (l->app_fd >= 0) close(l->app_fd);
-    l->epfd = l->wake_fd = l->app_fd = -1;
+    if (l->ctl_epfd >= 0) close(l->ctl_epfd);
+    l->epfd = l->wake_fd = l->app_fd = l->ctl_epfd = -1;
     rp_sendwin_free(&l->win);
     rp_rx_free(&l->rx);
+    rp_rx_free(&l->arx);
     free(l->fan);
     l->fan = NULL;
     pthread_mutex_destroy(&l->mu);
@@ -98,6 +106,7 @@ static void signal_app(rp_loop_t *l) {
     uint64_t d = l->node->store.head;   /* anything stored since last time */
     if (d != l->delivered_signal && rp_node_pending(l->node)) {
         l->delivered_signal = d;
+        l->n_app_signals++;
         uint64_t one = 1;
         ssize_t r = write(l->app_fd, &one, sizeof(one));
         (void)r;
@@ -122,7 +131,9 @@ static int drop(rp_loop_t *l) {
 
 /* Wait for input until the next timer is due (at most max_wait_ns, and
  * 100 ms); ready[k] marks socket k (2: the wake eventfd).  A busy-polling
- * loop does not wait. */
+ * loop does not wait.  While the application thread waits on the sockets
+ * the loop leaves them to it (two threads woken for one datagram contend for
+ * mu): it waits on its eventfd alone, at most blind_max_ns, then looks again. */
 static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t now = rp_now_ns();
     if (l->busy_poll) {
@@ -134,11 +145,16 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
         wait = max_wait_ns;
     if (wait > 100000000)
         wait = 100000000;   /* wake at least every 100 ms */
+    int blind = l->app_rx && l->app_waiting > 0;
+    if (blind && wait > l->blind_max_ns)
+        wait = l->blind_max_ns;
     if (wait < 0)
         wait = 0;
     l->sleep_until = now + wait;
     struct epoll_event evs[4];
-    int k = epoll_wait(l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
+    l->loop_blind = blind;
+    int k = epoll_wait(blind ? l->ctl_epfd : l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
+    l->loop_blind = 0;
     l->n_wakeups++;
     for (int i = 0; i < k; i++)
         if (evs[i].data.u32 < 3)
@@ -159,19 +175,19 @@ static int64_t realtime_offset(const rp_loop_t *l, int64_t now) {
 }
 
 /* The batch just received goes into the node (less the in-process drops). */
-static void rx_into_node(rp_loop_t *l, int64_t now, int64_t real_minus_mono) {
-    for (uint32_t i = 0; i < l->rx.n; i++) {
+static void rx_into_node(rp_loop_t *l, rp_rxbatch_t *b, int64_t now, int64_t real_minus_mono) {
+    for (uint32_t i = 0; i < b->n; i++) {
         if (l->drop_rate > 0 && drop(l)) {
             l->n_dropped++;
             continue;
         }
         int64_t at = now;
-        if (l->rx.ts[i]) {
-            at = l->rx.ts[i] - real_minus_mono;
+        if (b->ts[i]) {
+            at = b->ts[i] - real_minus_mono;
             if (at > now)
                 at = now;       /* the two clocks were read apart */
         }
-        rp_node_rx(l->node, l->rx.mem + l->rx.off[i], l->rx.len[i], l->rx.src[i], at);
+        rp_node_rx(l->node, b->mem + b->off[i], b->len[i], b->src[i], at);
     }
 }
 
@@ -190,7 +206,7 @@ static int rx_socket(rp_loop_t *l, int k, int64_t real_minus_mono) {
             break;
         got += r;
         int64_t now = rp_now_ns();
-        rx_into_node(l, now, real_minus_mono);
+        rx_into_node(l, &l->rx, now, real_minus_mono);
         /* Control bodies point into the receive buffers: hand them over
          * before the next batch reuses them. */
         if ((n->nctl || l->every_rx) && l->control) {
@@ -213,6 +229,14 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     rp_node_t *n = l->node;
     int64_t real_minus_mono = realtime_offset(l, rp_now_ns());
     int got = 0;
+    if (l->ctl_pending && l->control) {
+        /* control messages the application thread received (their bodies
+         * in arx, which it does not reuse until this is done) */
+        l->next_timer = l->control(l->ctx, rp_now_ns(), RP_WHY_CTL | (n->nack_pending ? RP_WHY_NACK : 0));
+        l->n_control++;
+    }
+    int resume_app = l->ctl_pending;
+    l->ctl_pending = 0;
     for (int k = 0; k < 2; k++)
         if (ready[k] && l->socks[k])
             got += rx_socket(l, k, real_minus_mono);
@@ -225,6 +249,14 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     rp_loop_flush(l);
     if (got)
         signal_app(l);
+    if (resume_app) {
+        /* the application waits on app_fd alone while its control messages
+         * are pending: now it may watch the sockets again */
+        l->n_app_signals++;
+        uint64_t one = 1;
+        ssize_t r = write(l->app_fd, &one, sizeof(one));
+        (void)r;
+    }
     pthread_mutex_unlock(&l->mu);
     return got;
 }
@@ -311,3 +343,115 @@ int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
 
 void rp_loop_lock(rp_loop_t *l) { pthread_mutex_lock(&l->mu); }
 void rp_loop_unlock(rp_loop_t *l) { pthread_mutex_unlock(&l->mu); }
+
+/* The application thread's receive (mu held): what the sockets hold now into
+ * the node.  A batch with control messages or a new gap stops it and wakes the
+ * loop thread, which runs the control plane (Python) off this thread's path. */
+static int app_rx_once(rp_loop_t *l) {
+    rp_node_t *n = l->node;
+    if (l->ctl_pending)
+        return 0;
+    if (!l->arx.mem && rp_rx_init(&l->arx, l->arx_cap, l->arx_gro))
+        return 0;       /* no memory: the loop thread keeps receiving */
+    int64_t real_minus_mono = realtime_offset(l, rp_now_ns());
+    int got = 0, handoff = 0;
+    for (int k = 0; k < 2 && !handoff; k++) {
+        if (!l->socks[k])
+            continue;
+        for (uint32_t b = 0; b < l->max_batches; b++) {
+            int r = rp_sock_recv(l->socks[k], &l->arx);
+            if (r <= 0)
+                break;
+            got += r;
+            l->n_app_rx_calls++;
+            rx_into_node(l, &l->arx, rp_now_ns(), real_minus_mono);
+            if (n->nctl)
+                l->ctl_pending = 1;
+            if (n->nctl || n->nack_pending) {
+                handoff = 1;
+                break;
+            }
+            if ((uint32_t)r < l->arx.cap)
+                break;
+        }
+    }
+    l->n_app_rx_dgrams += (uint64_t)got;
+    if (got >= 8)
+        l->app_busy = 1;        /* a stream, not a lone message: more is coming */
+    l->delivered_signal = n->store.head;    /* the loop need not signal these */
+    if (handoff) {
+        l->n_app_handoffs++;
+        rp_loop_wake(l);
+    }
+    if (got)
+        rp_loop_flush(l);
+    return got;
+}
+
+uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
+    int64_t t0 = rp_now_ns();
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
+    int64_t spin_end = t0 + (spin_ns > 0 ? spin_ns : 0);
+    uint64_t pending = 0;
+    __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    l->app_busy = 0;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        int own = l->app_rx && !l->closing;
+        if (own)
+            app_rx_once(l);
+        pending = rp_node_pending(l->node);
+        int ctl = l->ctl_pending;
+        pthread_mutex_unlock(&l->mu);
+        if (pending || l->closing)
+            break;
+        int64_t now = rp_now_ns();
+        if (now >= deadline)
+            break;
+        if (own && now < spin_end) {
+            l->n_app_spins++;
+            continue;
+        }
+        struct pollfd p[3];
+        int np = 0;
+        p[np].fd = l->app_fd;
+        p[np++].events = POLLIN;
+        if (own && !ctl)    /* else the loop's control run signals app_fd */
+            for (int k = 0; k < 2; k++)
+                if (l->socks[k]) {
+                    p[np].fd = l->socks[k]->fd;
+                    p[np++].events = POLLIN;
+                }
+        struct timespec ts, *tp = NULL;
+        if (deadline != INT64_MAX) {
+            int64_t w = deadline - now;
+            ts.tv_sec = w / 1000000000LL;
+            ts.tv_nsec = w % 1000000000LL;
+            tp = &ts;
+        }
+        int r = ppoll(p, (nfds_t)np, tp, NULL);
+        if (r < 0 && errno == EINTR)
+            break;      /* a signal: back to Python, which runs its handler */
+        if (r > 0 && p[0].revents) {
+            uint64_t v;
+            ssize_t n = read(l->app_fd, &v, sizeof(v));
+            (void)n;
+        }
+    }
+    __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    /* Traffic in full batches: this thread now goes off to consume them, so
+     * the loop thread must read the sockets meanwhile (not sleep blind for a
+     * millisecond) -- two threads in a pipeline, as before, at high rates. */
+    if (l->app_busy && l->loop_blind) {
+        l->n_app_handoffs++;
+        rp_loop_wake(l);
+    }
+    return pending;
+}
+
+void rp_loop_close_waiters(rp_loop_t *l) {
+    l->closing = 1;
+    uint64_t one = 1;
+    ssize_t r = write(l->app_fd, &one, sizeof(one));
+    (void)r;
+}

@@ -39,6 +39,8 @@ typedef struct {
     int epfd;
     int wake_fd;             /* eventfd: wakes the loop (new timer, stop) */
     int app_fd;              /* eventfd: tells the application deliveries wait */
+    int ctl_epfd;            /* epoll on wake_fd only: the loop's wait while the
+                              * application thread owns the sockets */
     volatile int stop;
     int busy_poll;
     int every_rx;            /* call control after every received batch (the
@@ -55,6 +57,25 @@ typedef struct {
     uint64_t n_dropped;
     uint64_t n_iter, n_wakeups, n_control, n_tx_blocked;
     rp_sendwin_t win;        /* publish side: the send window */
+    /* The application thread receives itself (rp_loop_app_wait).  While
+     * app_waiting > 0 the loop does not watch the sockets (it sleeps on
+     * ctl_epfd, at most blind_max_ns at a time, so it takes the sockets back
+     * soon after the application stops waiting).  Every recvmmsg of either
+     * thread runs under mu: the kernel hands each datagram to one call and
+     * the node sees it once, whoever made the call. */
+    int app_rx;              /* the application may receive (Config.app_receive) */
+    volatile int closing;    /* rp_loop_close_waiters: waiters return */
+    volatile int app_waiting;  /* application threads in rp_loop_app_wait */
+    int ctl_pending;         /* control bodies of an application batch wait for
+                              * the loop (they point into arx: not reused till then) */
+    int64_t blind_max_ns;
+    volatile int loop_blind; /* the loop sleeps without watching the sockets */
+    int app_busy;            /* the application's receive got a full batch */
+    rp_rxbatch_t arx;        /* the application thread's receive batch (lazy) */
+    uint32_t arx_cap;
+    int arx_gro;
+    uint64_t n_app_signals;  /* app_fd writes (a loop -> application hop) */
+    uint64_t n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins;
 } rp_loop_t;
 
 int64_t rp_now_ns(void);
@@ -81,6 +102,18 @@ int rp_loop_flush(rp_loop_t *l);
  * send window (or the store) is full. */
 size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
                        const uint64_t *labels, size_t count);
+
+/* The application thread waits for deliveries, receiving from the sockets
+ * itself (when app_rx): spin up to spin_ns retrying non-blocking receives,
+ * then sleep in poll() on the sockets and app_fd, up to timeout_ns (-1:
+ * forever; a signal ends the wait early, so Python can run its handler).
+ * Control messages and gaps in its batch are handed to the loop
+ * thread (woken), never run here.  Returns the deliveries pending (> 0), or 0
+ * on timeout.  Call without mu held, from a threaded loop only. */
+uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns);
+
+/* Closing: every rp_loop_app_wait returns now, and later ones at once. */
+void rp_loop_close_waiters(rp_loop_t *l);
 
 /* The node lock, for the application's calls into the node. */
 void rp_loop_lock(rp_loop_t *l);

@@ -214,7 +214,7 @@ class Node:
                 if_ip=if_ip, ifindex=ifindex, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
                 sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
                 busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
-                drop_rate=cfg.drop_rate)
+                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive)
         except SocketError as e:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
@@ -236,6 +236,7 @@ class Node:
         self._batch = None
         self._bi = 0
         self._buf = bytearray(max(4 << 20, cfg.mtu * 4096))
+        self._spin = cfg.receive_spin_us * 1e-6
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
@@ -539,7 +540,20 @@ class Node:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            self.transport.wait(-1 if left is None else min(left, 0.1) if self.transport else left)
+            self.wait(left)
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Wait up to timeout seconds (None: until close()) until deliveries
+        are pending, for recv_batch; True if they may be.  With
+        Config.app_receive (the default) the calling thread reads the
+        sockets and runs the data plane itself while it waits, after
+        spinning up to Config.receive_spin_us: a message reaches it with one
+        thread wake-up, not two (the loop thread's, then this one's); control
+        messages in what it reads go to the loop thread."""
+        t = self.transport
+        if t.app_receive:
+            return t.app_wait(-1 if timeout is None else max(timeout, 0.0), self._spin) > 0
+        return t.wait(-1 if timeout is None else min(max(timeout, 0.0), 0.1))
 
     def __iter__(self):
         while not self._closed:

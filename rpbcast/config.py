@@ -190,6 +190,10 @@ class Config:
     gso: bool = True                      # UDP GSO on send when the kernel has it
     gro: bool = True                      # UDP GRO on receive when the kernel has it
     busy_poll: bool = False               # spin instead of epoll (latency, burns a core)
+    app_receive: bool = True              # a waiting receive()/poll() reads the sockets itself
+                                          # (one thread wake-up per message instead of two)
+    receive_spin_us: int = 0              # receive() retries the sockets this long before it
+                                          # sleeps (0: no spin; burns the core meanwhile)
     timestamps: bool = False              # kernel receive timestamps
     drop_rate: float = 0.0                # in-process receive loss (tests without root)
     state_dir: Optional[str] = None       # where a restarted node finds its last incarnation
@@ -283,6 +287,10 @@ class Config:
         need(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
+        need(isinstance(self.app_receive, bool), f"app_receive must be true or false, got {self.app_receive!r}")
+        need(isinstance(self.receive_spin_us, int) and not isinstance(self.receive_spin_us, bool)
+             and 0 <= self.receive_spin_us <= 1_000_000,
+             f"receive_spin_us must be 0..1000000 microseconds, got {self.receive_spin_us!r}")
         need(0.0 <= self.drop_rate < 1.0, f"drop_rate must be in [0, 1), got {self.drop_rate}")
         from rpbcast import netaddr
         try:
@@ -353,8 +361,7 @@ class Config:
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
-               "send_window",
-               "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl")
+               "send_window", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us")
 _NUMBER_FIELDS = ("repair_rate", "repair_burst", "drop_rate", "log_min_keep")
 
 

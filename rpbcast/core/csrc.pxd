@@ -640,6 +640,9 @@ cdef extern from "loop.h" nogil:
         uint64_t n_dropped
         uint64_t n_iter, n_wakeups, n_control, n_tx_blocked
         uint32_t nfan
+        int app_rx
+        int64_t blind_max_ns
+        uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins
     int64_t rp_now_ns()
     int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
                      uint32_t rx_batch, int busy_poll)
@@ -653,5 +656,7 @@ cdef extern from "loop.h" nogil:
     int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n)
     int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n)
     int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t length, uint64_t label)
+    uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns)
+    void rp_loop_close_waiters(rp_loop_t *l)
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)

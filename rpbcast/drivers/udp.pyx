@@ -6,7 +6,9 @@ The C loop (``csrc/loop.c``) receives datagram batches straight into the
 node's data plane with the GIL released; it calls back into the engine (with
 the GIL) only for control messages, due timers and immediate pulls, and it
 sends the outbox with sendmmsg / UDP GSO.  The application publishes and
-receives through this object from its own thread(s).
+receives through this object from its own thread(s); a thread waiting for
+deliveries (app_wait) reads the sockets itself while the loop thread leaves
+them to it (docs/architecture.md, "Threads and locks").
 """
 import logging
 import threading
@@ -122,7 +124,7 @@ cdef class Transport:
                  uint16_t bind_port, uint32_t if_ip=0, int ifindex=0, int ttl=0, bint mloop=True,
                  int rcvbuf=8 << 20, int sndbuf=8 << 20, bint gro=True, bint gso=True,
                  bint timestamps=False, bint busy_poll=False, uint32_t rx_batch=64,
-                 bint fanout=False, double drop_rate=0.0, uint64_t seed=0):
+                 bint fanout=False, double drop_rate=0.0, uint64_t seed=0, bint app_receive=True):
         self.engine = None
         self.errors = 0
         self.fanout = fanout
@@ -175,6 +177,9 @@ cdef class Transport:
             raise MemoryError() if rc == RP_ENOMEM else OSError(-rc, "loop init failed")
         self.loop_ok = True
         self.loop.every_rx = needs.every_rx
+        # the application thread receives itself when it waits, unless the
+        # loop spins anyway or the engine wants control after every batch
+        self.loop.app_rx = app_receive and not busy_poll and not needs.every_rx
         self.loop.control = _control_cb
         self.loop.ctx = <void *>self
         self.loop.idle_after_ns = int(engine.cfg.idle_after * 1e9)
@@ -253,6 +258,8 @@ cdef class Transport:
         self.loop.stop = 0
 
     def close(self):
+        if self.loop_ok:
+            rp_loop_close_waiters(&self.loop)   # a receiver waiting returns now
         self.stop()
         if self.loop_ok:
             self.lock()
@@ -519,6 +526,23 @@ cdef class Transport:
                 read(self.loop.app_fd, &v, 8)
         return r > 0
 
+    @property
+    def app_receive(self):
+        """True when a waiting application thread receives from the
+        sockets itself (rp_loop_app_wait); needs the loop thread."""
+        return bool(self.loop.app_rx) and self.thread is not None
+
+    def app_wait(self, double timeout, double spin=0.0):
+        """Wait for deliveries, receiving from the sockets in this thread
+        (spinning up to `spin` seconds first); timeout < 0: forever.
+        Returns how many are pending (0: timed out or closing)."""
+        cdef int64_t t = -1 if timeout < 0 else <int64_t>(timeout * 1e9)
+        cdef int64_t s = <int64_t>(spin * 1e9)
+        cdef uint64_t k
+        with nogil:
+            k = rp_loop_app_wait(&self.loop, t, s)
+        return k
+
     def clear_signal(self):
         cdef uint64_t v
         with nogil:
@@ -547,7 +571,14 @@ cdef class Transport:
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,
                      "dropped_in_process": self.loop.n_dropped, "errors": self.errors,
                      "window_closed": rp_loop_window(&self.loop).n_closed,
-                     "window_opened": rp_loop_window(&self.loop).n_opened}
+                     "window_opened": rp_loop_window(&self.loop).n_opened,
+                     # the receive path: app_signals counts loop -> application
+                     # hops (eventfd writes); app_rx_* what the application
+                     # thread received itself; handoffs, batches it passed to
+                     # the loop for the control plane
+                     "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
+                     "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
+                     "app_spins": self.loop.n_app_spins}
         return d
 
     def sock_info(self):

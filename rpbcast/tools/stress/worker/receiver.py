@@ -48,7 +48,7 @@ def run_receiver(spec, cmds, tw_factory):
         if b.count:
             tally.add(b, now)
         elif not inline:
-            node.transport.wait(0.01)
+            node.wait(0.01)
         if orders.read(cmds):
             completed = False               # new orders: say so again once they are met
         given_up = False
