@@ -264,6 +264,28 @@ int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uin
     return seq;
 }
 
+int64_t rp_loop_publish_ext(rp_loop_t *l, const uint8_t *payload, uint64_t len, uint64_t label,
+                            uint32_t stream) {
+    pthread_mutex_lock(&l->mu);
+    int64_t now = rp_now_ns();
+    int64_t seq = rp_node_publish_ext(l->node, payload, len, label, stream, now);
+    if (seq >= 0)
+        after_publish(l, now);
+    pthread_mutex_unlock(&l->mu);
+    return seq;
+}
+
+size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                                 const uint64_t *labels, size_t count, uint32_t stream) {
+    pthread_mutex_lock(&l->mu);
+    int64_t now = rp_now_ns();
+    size_t k = rp_node_publish_batch_ext(l->node, payloads, lens, labels, count, stream, now);
+    if (k)
+        after_publish(l, now);
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
 int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
     if (n > l->fancap) {
         uint64_t *f = (uint64_t *)realloc(l->fan, n * sizeof(uint64_t));

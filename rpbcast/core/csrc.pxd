@@ -689,5 +689,9 @@ cdef extern from "loop.h" nogil:
     int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n)
     int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n)
     int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t length, uint64_t label)
+    int64_t rp_loop_publish_ext(rp_loop_t *l, const uint8_t *payload, uint64_t length, uint64_t label,
+                                uint32_t stream)
+    size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                                     const uint64_t *labels, size_t count, uint32_t stream)
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)
