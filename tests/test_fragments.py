@@ -336,7 +336,7 @@ def group(n, loggers=(), tmp_path=None, **kw):
 @pytest.mark.netns
 def test_large_messages_under_kernel_loss_with_a_logger_whole_and_once(tmp_path):
     sizes = [MAX_BODY + 1, 50_000, 200_000, 1 << 20, 3000, 700_000]
-    with netns.namespace(loss=0.02) as ns, netns.entered(ns):
+    with netns.namespace(loss=0.05) as ns, netns.entered(ns):
         nodes = group(4, loggers=[4], tmp_path=tmp_path)
         try:
             time.sleep(0.2)
@@ -363,8 +363,8 @@ def test_large_messages_under_kernel_loss_with_a_logger_whole_and_once(tmp_path)
                 assert st["reassembly"]["whole"] == len(sent)
             dropped, _ = netns.loss_counters(ns)
             assert dropped > 0
-            st2, st3 = nodes[2].stats(), nodes[3].stats()
-            assert st2["repairs_peer"] + st2["repairs_logger"] + st3["repairs_peer"] + st3["repairs_logger"] > 0
+            sts = [nodes[i].stats() for i in (2, 3, 4)]
+            assert sum(s["repairs_peer"] + s["repairs_logger"] for s in sts) > 0   # lost fragments repaired
         finally:
             for n in nodes.values():
                 n.close()
