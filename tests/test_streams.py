@@ -181,3 +181,36 @@ def test_one_node_many_streams_subscribe_at_runtime():
         finally:
             pub.close()
             sub.close()
+
+
+def test_cli_pub_and_sub_by_stream_with_a_large_file(tmp_path):
+    """rpbcast pub --stream N [--file PATH], rpbcast sub --stream N
+    (repeatable): a subscriber of streams 2 and 3 gets the 300 kB file
+    published on stream 3 whole and the text on 2, never stream 1's."""
+    import json
+    import os
+    import subprocess
+    import sys
+    p1, p2 = free_port(), free_port()
+    m = ["--transport", "unicast", "--member", f"1=127.0.0.1:{p1}", "--member", f"2=127.0.0.1:{p2}",
+         "--no-stats-socket"]
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(tmp_path))
+    rp = [sys.executable, "-m", "rpbcast"]
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(range(256)) * 1200)
+    sub = subprocess.Popen(rp + ["sub", "--node-id", "2", "--bind", f"127.0.0.1:{p2}", "--count", "2",
+                                 "--timeout", "20", "--format", "json", "--stream", "2", "--stream", "3", *m],
+                           env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        for args in (["--stream", "1", "--text", "not-for-you"], ["--stream", "2", "--text", "two"],
+                     ["--stream", "3", "--file", str(big)]):
+            r = subprocess.run(rp + ["pub", "--node-id", "1", "--bind", f"127.0.0.1:{p1}", "--linger", "1",
+                                     *args, *m], env=env, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+        out, _ = sub.communicate(timeout=40)
+        msgs = [json.loads(line) for line in out.splitlines()]
+        assert sorted((x["stream"], x["size"]) for x in msgs) == [(2, 3), (3, big.stat().st_size)]
+        assert sub.returncode == 0
+    finally:
+        sub.kill()
