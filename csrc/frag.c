@@ -23,11 +23,48 @@ static void part_free(rp_fragpart_t *m) {
     free(m);
 }
 
+/* A buffer of at least need bytes: a spare one if it fits, else new. */
+static uint8_t *buf_get(rp_frag_t *f, size_t need, size_t *cap) {
+    for (int i = 0; i < RP_FRAG_SPARES; i++)
+        if (f->spare[i] && f->spare_cap[i] >= need && f->spare_cap[i] <= 2 * need + 65536) {
+            uint8_t *b = f->spare[i];
+            *cap = f->spare_cap[i];
+            f->spare[i] = NULL;
+            return b;
+        }
+    *cap = need;
+    return (uint8_t *)malloc(need);
+}
+
+/* Keep m's buffer for a later message: in an empty spare slot, or instead
+ * of the smallest spare when m's is larger. */
+static void buf_keep(rp_frag_t *f, rp_fragpart_t *m) {
+    int k = 0;
+    for (int i = 0; i < RP_FRAG_SPARES; i++) {
+        if (!f->spare[i]) {
+            k = i;
+            break;
+        }
+        if (f->spare_cap[i] < f->spare_cap[k])
+            k = i;
+    }
+    if (f->spare[k] && f->spare_cap[k] >= m->cap)
+        return;
+    free(f->spare[k]);
+    f->spare[k] = m->buf;
+    f->spare_cap[k] = m->cap;
+    m->buf = NULL;
+}
+
 void rp_frag_free(rp_frag_t *f) {
     for (uint32_t i = 0; i < f->n; i++)
         part_free(f->v[i]);
     free(f->v);
     f->v = NULL;
+    for (int i = 0; i < RP_FRAG_SPARES; i++) {
+        free(f->spare[i]);
+        f->spare[i] = NULL;
+    }
     f->n = f->cap = 0;
     f->bytes = 0;
 }
@@ -94,7 +131,7 @@ static rp_fragpart_t *part_new(rp_frag_t *f, uint32_t slot, uint64_t first, cons
     rp_fragpart_t *m = (rp_fragpart_t *)calloc(1, sizeof(*m));
     if (!m)
         return NULL;
-    m->buf = (uint8_t *)malloc((size_t)RP_EXT_HDR + x->total);
+    m->buf = buf_get(f, (size_t)RP_EXT_HDR + x->total, &m->cap);
     m->bits = (uint64_t *)calloc((x->count + 63) / 64, 8);
     if (!m->buf || !m->bits) {
         part_free(m);
@@ -155,6 +192,7 @@ void rp_frag_done(rp_frag_t *f, rp_fragpart_t *m) {
     for (uint32_t i = 0; i < f->n; i++)
         if (f->v[i] == m) {
             f->whole++;
+            buf_keep(f, m);
             part_remove(f, i);
             return;
         }

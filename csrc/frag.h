@@ -22,6 +22,7 @@
 
 #define RP_FRAG_MAX_PARTS 4096
 #define RP_FRAG_TOMBS     256
+#define RP_FRAG_SPARES    4
 
 /* Why a partial message was dropped (rp_frag_t.dropped[]). */
 enum {
@@ -50,6 +51,7 @@ typedef struct {
     int64_t t;              /* arrival of the first fragment that came */
     rp_msgext_t x;          /* the message: label, stream, count, total (index 0) */
     uint8_t *buf;           /* RP_EXT_HDR + total bytes: the message's stored form */
+    size_t cap;             /* bytes allocated at buf */
     uint64_t *bits;         /* fragments arrived */
 } rp_fragpart_t;
 
@@ -61,6 +63,10 @@ typedef struct {
     uint64_t tomb[RP_FRAG_TOMBS][2];  /* (slot, first) of recent drops */
     uint32_t ntomb;
     uint64_t whole, fragments;  /* messages reassembled, fragments taken */
+    /* buffers of finished messages kept for the next ones: a fresh 1 MB
+     * malloc is a fresh mmap, whose page faults cost more than the copy */
+    uint8_t *spare[RP_FRAG_SPARES];
+    size_t spare_cap[RP_FRAG_SPARES];
     uint64_t dropped[RP_FRAG_D__COUNT];
 } rp_frag_t;
 
