@@ -59,6 +59,13 @@ static void buf_keep(rp_frag_t *f, rp_fragpart_t *m) {
 void rp_frag_free(rp_frag_t *f) {
     for (uint32_t i = 0; i < f->n; i++)
         part_free(f->v[i]);
+    while (f->rhead) {
+        rp_fragpart_t *m = f->rhead;
+        f->rhead = m->next;
+        part_free(m);
+    }
+    f->rtail = NULL;
+    f->nready = 0;
     free(f->v);
     f->v = NULL;
     for (int i = 0; i < RP_FRAG_SPARES; i++) {
@@ -104,7 +111,9 @@ static int32_t find(const rp_frag_t *f, uint32_t slot, uint64_t first) {
     return -1;
 }
 
-/* Drop the oldest partials until need more bytes and one more partial fit. */
+/* Drop the oldest partials until need more bytes and one more partial fit.
+ * -1: it can never fit; -2: whole messages waiting for the application
+ * hold the room (not dropped: they are the application's). */
 static int make_room(rp_frag_t *f, uint64_t need) {
     if (need > f->max_bytes)
         return -1;
@@ -115,7 +124,7 @@ static int make_room(rp_frag_t *f, uint64_t need) {
                 old = i;
         drop_at(f, old, RP_FRAG_D_BOUND);
     }
-    return 0;
+    return f->bytes + need > f->max_bytes ? -2 : 0;
 }
 
 static rp_fragpart_t *part_new(rp_frag_t *f, uint32_t slot, uint64_t first, const rp_msgext_t *x,
@@ -160,7 +169,10 @@ int rp_frag_add(rp_frag_t *f, uint32_t slot, uint64_t seq, const rp_msgext_t *x,
     int32_t i = find(f, slot, first);
     rp_fragpart_t *m;
     if (i < 0) {
-        if (make_room(f, x->total) < 0 || !(m = part_new(f, slot, first, x, now))) {
+        int room = make_room(f, x->total);
+        if (room == -2)
+            return RP_FRAG_FULL;
+        if (room < 0 || !(m = part_new(f, slot, first, x, now))) {
             tomb_add(f, slot, first);
             f->dropped[RP_FRAG_D_BOUND]++;
             return RP_FRAG_DROPPED;
@@ -196,6 +208,35 @@ void rp_frag_done(rp_frag_t *f, rp_fragpart_t *m) {
             part_remove(f, i);
             return;
         }
+}
+
+void rp_frag_ready(rp_frag_t *f, rp_fragpart_t *m) {
+    for (uint32_t i = 0; i < f->n; i++)
+        if (f->v[i] == m) {
+            f->v[i] = f->v[--f->n];       /* out of the partials; its bytes still count */
+            break;
+        }
+    f->whole++;
+    m->next = NULL;
+    if (f->rtail)
+        f->rtail->next = m;
+    else
+        f->rhead = m;
+    f->rtail = m;
+    f->nready++;
+}
+
+void rp_frag_pop(rp_frag_t *f) {
+    rp_fragpart_t *m = f->rhead;
+    if (!m)
+        return;
+    f->rhead = m->next;
+    if (!f->rhead)
+        f->rtail = NULL;
+    f->nready--;
+    f->bytes -= m->x.total;
+    buf_keep(f, m);
+    part_free(m);
 }
 
 void rp_frag_undo(rp_frag_t *f, rp_fragpart_t *m, uint32_t index) {

@@ -40,10 +40,12 @@ enum {
     RP_FRAG_PARTIAL = 0,    /* kept; the message is not whole yet */
     RP_FRAG_WHOLE = 1,      /* the message is whole: *out, store it, then rp_frag_done */
     RP_FRAG_IGNORED = 2,    /* fragment of a message dropped earlier */
-    RP_FRAG_DROPPED = 3     /* this fragment's message was dropped now (BAD, or no room) */
+    RP_FRAG_DROPPED = 3,    /* this fragment's message was dropped now (BAD, or no room) */
+    RP_FRAG_FULL = 4        /* whole messages waiting for the application fill the bound:
+                               not taken (the caller asks for it again later) */
 };
 
-typedef struct {
+typedef struct rp_fragpart {
     uint32_t slot;          /* sender (the caller's peer slot) */
     uint32_t count, got;    /* fragments, fragments arrived */
     uint64_t first;         /* seq of fragment 0 */
@@ -53,12 +55,16 @@ typedef struct {
     uint8_t *buf;           /* RP_EXT_HDR + total bytes: the message's stored form */
     size_t cap;             /* bytes allocated at buf */
     uint64_t *bits;         /* fragments arrived */
+    struct rp_fragpart *next;   /* ready list */
+    uint64_t at;                /* ready: the caller's position in its arrival order (store ticket) */
 } rp_fragpart_t;
 
 typedef struct {
     rp_fragpart_t **v;
     uint32_t n, cap;
-    uint64_t bytes, max_bytes;  /* payload bytes of partials, and their bound */
+    uint64_t bytes, max_bytes;  /* payload bytes of partials and ready messages, and their bound */
+    rp_fragpart_t *rhead, *rtail;  /* whole messages waiting for the application, oldest first */
+    uint64_t nready;
     uint64_t born;
     uint64_t tomb[RP_FRAG_TOMBS][2];  /* (slot, first) of recent drops */
     uint32_t ntomb;
@@ -80,6 +86,12 @@ void rp_frag_free(rp_frag_t *f);
 int rp_frag_add(rp_frag_t *f, uint32_t slot, uint64_t seq, const rp_msgext_t *x,
                 const uint8_t *data, uint32_t len, int64_t now, rp_fragpart_t **out);
 void rp_frag_done(rp_frag_t *f, rp_fragpart_t *m);
+/* Or keep the whole message m here for the application (unordered
+ * delivery: no second copy into the store); rp_frag_peek / rp_frag_pop
+ * hand them out oldest first. */
+void rp_frag_ready(rp_frag_t *f, rp_fragpart_t *m);
+RP_INLINE rp_fragpart_t *rp_frag_peek(const rp_frag_t *f) { return f->rhead; }
+void rp_frag_pop(rp_frag_t *f);
 void rp_frag_undo(rp_frag_t *f, rp_fragpart_t *m, uint32_t index);
 
 /* Drop the partials of slot (all, or those with a fragment in [lo, hi]),

@@ -519,8 +519,22 @@ static void rx_fragment(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rp_msgex
     }
     rp_fragpart_t *w = NULL;
     int r = rp_frag_add(&n->frag, p->slot, seq, x, data, len, now, &w);
+    if (r == RP_FRAG_FULL) {
+        /* Whole messages the application has not taken fill the bound:
+         * this fragment is missing again, asked for later (as rx_store). */
+        rp_iset_add(&p->st.missing, seq, seq);
+        n->c[RP_C_RX_DROPPED_FULL]++;
+        n->nack_pending++;
+        return;
+    }
     if (r == RP_FRAG_DROPPED) {
         frag_skip(n, p, first, now);
+    } else if (r == RP_FRAG_WHOLE && !n->fifo) {
+        /* Unordered delivery hands it over from here: no second copy. */
+        w->t = now;
+        w->at = n->store.head;             /* delivered in arrival order among stored messages */
+        rp_streams_count(&n->streams, x->stream, x->total, 1);
+        rp_frag_ready(&n->frag, w);
     } else if (r == RP_FRAG_WHOLE) {
         uint32_t holds = n->fifo ? RP_MS_QUEUE : RP_MS_DELIVER;
         int64_t t = rp_mstore_put(&n->store, p->slot | RP_WHOLE_BIT, first, RP_LABEL_EXT, now,
@@ -1291,6 +1305,47 @@ static inline void deliver_one(rp_node_t *n, rp_msent_t *e, size_t k, uint32_t *
         rp_trace(&n->trace, now, RP_EV_DELIVER, id, inc, e->seq, len, 0, 0);
 }
 
+/* Whole large messages reassembled for unordered delivery (frag.h) that
+ * arrived before store ticket upto.  Returns -1 when buf is full. */
+static int deliver_ready(rp_node_t *n, size_t max, size_t *kp, size_t *usedp, uint64_t upto,
+                         uint32_t *senders, uint32_t *incs, uint64_t *seqs, uint64_t *labels,
+                         int64_t *rx_times, uint32_t *offs, uint32_t *lens, uint32_t *streams,
+                         uint8_t *buf, size_t cap, int64_t now) {
+    rp_fragpart_t *w;
+    size_t k = *kp, used = *usedp;
+    int rc = 0;
+    for (; k < max && (w = rp_frag_peek(&n->frag)) != NULL && w->at <= upto; k++) {
+        if (used + w->x.total > cap) {
+            if (!k)
+                n->recv_need = w->x.total;
+            rc = -1;
+            break;
+        }
+        rp_peer_t *p = n->peers[w->slot];
+        senders[k] = p->id;
+        incs[k] = p->inc;
+        seqs[k] = w->first;
+        if (labels)
+            labels[k] = w->x.label;
+        if (rx_times)
+            rx_times[k] = w->t;
+        if (streams)
+            streams[k] = w->x.stream;
+        offs[k] = (uint32_t)used;
+        lens[k] = w->x.total;
+        memcpy(buf + used, w->buf + RP_EXT_HDR, w->x.total);
+        used += w->x.total;
+        n->c[RP_C_DELIVERED]++;
+        rp_streams_delivered(&n->streams, w->x.stream);
+        if (n->tracing)
+            rp_trace(&n->trace, now, RP_EV_DELIVER, p->id, p->inc, w->first, w->x.total, 0, 0);
+        rp_frag_pop(&n->frag);
+    }
+    *kp = k;
+    *usedp = used;
+    return rc;
+}
+
 size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                     uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
                     uint8_t *buf, size_t cap, int64_t now) {
@@ -1304,12 +1359,21 @@ size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *in
     size_t k = 0, used = 0;
     rp_mstore_t *st = &n->store;
     n->recv_need = 0;
+
     /* Messages with a DELIVER hold, in arrival order: all of them when
      * delivery is unordered; with FIFO queues only our own (deliver_own),
      * which the store holds in seq order -- peers' go through the queues. */
     if (!n->fifo || n->deliver_own) {
         uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
+        int full = 0;
         for (; c < st->head && k < max; c++) {
+            if (n->frag.rhead && deliver_ready(n, max, &k, &used, c, senders, incs, seqs, labels,
+                                               rx_times, offs, lens, streams, buf, cap, now) < 0) {
+                full = 1;
+                break;
+            }
+            if (k >= max)
+                break;
             rp_msent_t *e = rp_mstore_entry(st, c);
             if (!(e->holds & RP_MS_DELIVER))
                 continue;
@@ -1325,6 +1389,9 @@ size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *in
             k++;
         }
         st->deliver_cursor = c;
+        if (!full && n->frag.rhead && c >= st->head)
+            deliver_ready(n, max, &k, &used, UINT64_MAX, senders, incs, seqs, labels, rx_times,
+                          offs, lens, streams, buf, cap, now);
         if (!n->fifo || c < st->head) {
             rp_mstore_release(st, st->tail, 0);     /* reclaim what is now idle */
             return k;
@@ -1363,7 +1430,7 @@ uint64_t rp_node_pending(const rp_node_t *n) {
     if (!n->fifo) {
         const rp_mstore_t *st = &n->store;
         uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
-        return st->head - c;
+        return st->head - c + n->frag.nready;
     }
     uint64_t k = 0;
     if (n->deliver_own && !n->no_deliver) {     /* own messages (upper bound, as above) */
