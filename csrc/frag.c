@@ -111,20 +111,23 @@ static int32_t find(const rp_frag_t *f, uint32_t slot, uint64_t first) {
     return -1;
 }
 
-/* Drop the oldest partials until need more bytes and one more partial fit.
- * -1: it can never fit; -2: whole messages waiting for the application
- * hold the room (not dropped: they are the application's). */
-static int make_room(rp_frag_t *f, uint64_t need) {
+/* Make room for need more bytes and one more partial: drop the oldest
+ * partials while they are stale.  -1: it can never fit; -2: not now (the
+ * room is held by partials still progressing or by whole messages waiting
+ * for the application, which are never dropped). */
+static int make_room(rp_frag_t *f, uint64_t need, int64_t now) {
     if (need > f->max_bytes)
         return -1;
     while (f->n && (f->bytes + need > f->max_bytes || f->n >= RP_FRAG_MAX_PARTS)) {
         uint32_t old = 0;
         for (uint32_t i = 1; i < f->n; i++)
-            if (f->v[i]->born < f->v[old]->born)
+            if (f->v[i]->t_last < f->v[old]->t_last)
                 old = i;
+        if (now - f->v[old]->t_last < RP_FRAG_STALE_NS)
+            return -2;
         drop_at(f, old, RP_FRAG_D_BOUND);
     }
-    return f->bytes + need > f->max_bytes ? -2 : 0;
+    return f->bytes + need > f->max_bytes || f->n >= RP_FRAG_MAX_PARTS ? -2 : 0;
 }
 
 static rp_fragpart_t *part_new(rp_frag_t *f, uint32_t slot, uint64_t first, const rp_msgext_t *x,
@@ -150,7 +153,7 @@ static rp_fragpart_t *part_new(rp_frag_t *f, uint32_t slot, uint64_t first, cons
     m->first = first;
     m->count = x->count;
     m->born = f->born++;
-    m->t = now;
+    m->t = m->t_last = now;
     m->x = *x;
     m->x.index = 0;
     rp_msgext_t whole = m->x;
@@ -169,7 +172,7 @@ int rp_frag_add(rp_frag_t *f, uint32_t slot, uint64_t seq, const rp_msgext_t *x,
     int32_t i = find(f, slot, first);
     rp_fragpart_t *m;
     if (i < 0) {
-        int room = make_room(f, x->total);
+        int room = make_room(f, x->total, now);
         if (room == -2)
             return RP_FRAG_FULL;
         if (room < 0 || !(m = part_new(f, slot, first, x, now))) {
@@ -190,6 +193,7 @@ int rp_frag_add(rp_frag_t *f, uint32_t slot, uint64_t seq, const rp_msgext_t *x,
         return RP_FRAG_IGNORED;          /* the caller's tracker lets no duplicate through */
     m->bits[x->index >> 6] |= bit;
     m->got++;
+    m->t_last = now;
     f->fragments++;
     if (len)
         memcpy(m->buf + RP_EXT_HDR + (uint64_t)x->index * rp_msgext_chunk(x->total, x->count), data,

@@ -10,8 +10,12 @@
  * partial message, laid out as the message's stored form (extension header,
  * then the payload) so the whole message is stored with one copy.
  *
- * Bounded: the bytes of partial messages (max_bytes) -- the oldest partials
- * are dropped to make room -- and the number of partials (RP_FRAG_MAX_PARTS).
+ * Bounded: the bytes of partial messages (max_bytes) and the number of
+ * partials (RP_FRAG_MAX_PARTS).  At the bound a new message waits (its
+ * fragment is not taken: the caller asks for it again later) unless the
+ * oldest partial made no progress for RP_FRAG_STALE_NS: that one is dropped
+ * to make room (a sender that never completes its messages cannot hold the
+ * room for ever, and one that is merely slow loses nothing).
  * Every drop is counted by reason; fragments of a dropped message that
  * arrive later are recognised (a ring of recent drops) and not reassembled.
  */
@@ -23,10 +27,11 @@
 #define RP_FRAG_MAX_PARTS 4096
 #define RP_FRAG_TOMBS     256
 #define RP_FRAG_SPARES    4
+#define RP_FRAG_STALE_NS  (5 * 1000000000LL)   /* a partial without progress this long may be dropped */
 
 /* Why a partial message was dropped (rp_frag_t.dropped[]). */
 enum {
-    RP_FRAG_D_BOUND = 0,    /* reassembly bytes or partials at their bound: oldest dropped */
+    RP_FRAG_D_BOUND = 0,    /* at the bound, the oldest partial, stale, dropped to make room */
     RP_FRAG_D_DEAD,         /* its sender's incarnation died */
     RP_FRAG_D_LOST,         /* a fragment was declared lost (GAPNOTE) or given up */
     RP_FRAG_D_BAD,          /* a fragment disagreed with the others (count, total, stream, label) */
@@ -41,8 +46,9 @@ enum {
     RP_FRAG_WHOLE = 1,      /* the message is whole: *out, store it, then rp_frag_done */
     RP_FRAG_IGNORED = 2,    /* fragment of a message dropped earlier */
     RP_FRAG_DROPPED = 3,    /* this fragment's message was dropped now (BAD, or no room) */
-    RP_FRAG_FULL = 4        /* whole messages waiting for the application fill the bound:
-                               not taken (the caller asks for it again later) */
+    RP_FRAG_FULL = 4        /* the bound is reached (partials still progressing, or whole
+                               messages waiting for the application): not taken, the
+                               caller asks for it again later */
 };
 
 typedef struct rp_fragpart {
@@ -51,6 +57,7 @@ typedef struct rp_fragpart {
     uint64_t first;         /* seq of fragment 0 */
     uint64_t born;          /* creation order (for dropping the oldest) */
     int64_t t;              /* arrival of the first fragment that came */
+    int64_t t_last;         /* arrival of the latest fragment */
     rp_msgext_t x;          /* the message: label, stream, count, total (index 0) */
     uint8_t *buf;           /* RP_EXT_HDR + total bytes: the message's stored form */
     size_t cap;             /* bytes allocated at buf */

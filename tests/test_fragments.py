@@ -251,16 +251,30 @@ def test_incarnation_death_drops_partials_with_a_reason():
     assert [g[4] for g in take(b)] == [b"new life"]
 
 
-def test_reassembly_bound_drops_the_oldest_partial():
+def test_reassembly_bound_waits_then_drops_a_stale_partial():
+    """At the reassembly bound a new message waits (its fragment is missing
+    again, asked for later) while the partials progress; a partial without
+    progress for 5 s gives way, counted."""
     a, b = pair(reassembly_bytes=50_000)
     p1, p2 = payload(30_000, 1), payload(30_000, 2)
     f1 = a.publish(p1)
     f2 = a.publish(p2)
-    # every fragment but each message's last: both partial, over the bound
-    last = {f2 - 1, a.next_seq - 1}
-    carry(a, b, drop=lambda i, d: bool(set(datagram_seqs(d)) & last))
+    last1 = f2 - 1
+    dgs = [d for _, d in a.datagrams()]
+    in1 = [d for d in dgs if max(datagram_seqs(d)) < f2 and last1 not in datagram_seqs(d)]
+    in2 = [d for d in dgs if min(datagram_seqs(d)) >= f2]
+    for d in in1:
+        b.rx(d, 7, 0)                                  # message 1 partial (its last fragment lost)
+    b.rx(in2[0], 7, 1_000_000_000)                     # 1 s later: message 2 must wait
     fs = b.frag_stats()
-    assert fs["dropped_bound"] == 1 and fs["partial"] == 1 and fs["partial_bytes"] <= 50_000
+    assert fs["partial"] == 1 and fs["dropped_bound"] == 0
+    slot = b.find_peer(1, 1)
+    s2 = min(datagram_seqs(in2[0]))
+    assert any(lo <= s2 <= hi for lo, hi in b.missing(slot, 2))   # asked for again later
+    for d in in2:
+        b.rx(d, 7, 6_000_000_000)                      # 6 s: message 1 is stale, gives way
+    fs = b.frag_stats()
+    assert fs["dropped_bound"] == 1 and fs["partial_bytes"] <= 50_000
     assert f1 < f2
 
 
