@@ -268,7 +268,9 @@ uint32_t rp_frag_drop(rp_frag_t *f, uint32_t slot, int all, uint64_t lo, uint64_
     while (i < f->n) {
         rp_fragpart_t *m = f->v[i];
         if (m->slot == slot && (all || misses_in(m, lo, hi))) {
-            if (k < max && firsts)
+            if (k == max)
+                break;                     /* the caller calls again for the rest */
+            if (firsts)
                 firsts[k] = m->first;
             k++;
             drop_at(f, i, reason);     /* moves the last partial into i */

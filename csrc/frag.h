@@ -101,9 +101,10 @@ RP_INLINE rp_fragpart_t *rp_frag_peek(const rp_frag_t *f) { return f->rhead; }
 void rp_frag_pop(rp_frag_t *f);
 void rp_frag_undo(rp_frag_t *f, rp_fragpart_t *m, uint32_t index);
 
-/* Drop the partials of slot (all, or those with a fragment in [lo, hi]),
- * counted under reason; their first seqs go to firsts (up to max) so FIFO
- * delivery can move past them.  Returns how many were dropped. */
+/* Drop up to max partials of slot (all, or those lacking a fragment in
+ * [lo, hi]), counted under reason; their first seqs go to firsts so FIFO
+ * delivery can move past them.  Returns how many were dropped (max: call
+ * again for more). */
 uint32_t rp_frag_drop(rp_frag_t *f, uint32_t slot, int all, uint64_t lo, uint64_t hi, int reason,
                       uint64_t *firsts, uint32_t max);
 

@@ -490,9 +490,9 @@ static void frag_drop(rp_node_t *n, rp_peer_t *p, int all, uint64_t lo, uint64_t
     uint32_t k;
     do {
         k = rp_frag_drop(&n->frag, p->slot, all, lo, hi, reason, firsts, 64);
-        for (uint32_t i = 0; i < k && i < 64; i++)
+        for (uint32_t i = 0; i < k; i++)
             frag_skip(n, p, firsts[i], 0);
-    } while (k > 64);
+    } while (k == 64);
 }
 
 /* One fragment of a large message (stored and counted already): into its

@@ -415,3 +415,19 @@ def test_atomic_publish_larger_than_a_datagram_is_a_clear_error(tmp_path):
         finally:
             for n in nodes.values():
                 n.close()
+
+
+def test_many_partials_of_a_dead_incarnation_all_dropped_and_skipped():
+    """More partials than one drop call takes (64): every one is dropped and
+    FIFO delivery moves past every one."""
+    a, b = pair(fifo=True)
+    firsts = [a.publish(payload(2 * MAX_BODY, k)) for k in range(70)]
+    seconds = {f + 1 for f in firsts}
+    carry(a, b, drop=lambda i, d: bool(set(datagram_seqs(d)) & seconds))
+    assert b.frag_stats()["partial"] == 70
+    a2 = CoreNode(1, 1, 2, mtu=MTU)
+    a2.publish(b"after the restart")
+    carry(a2, b)
+    fs = b.frag_stats()
+    assert fs["partial"] == 0 and fs["dropped_dead"] == 70
+    assert [g[4] for g in take(b)] == [b"after the restart"]
