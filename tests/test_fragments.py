@@ -5,7 +5,6 @@ The data-plane tests drive two C nodes directly (datagrams carried by the
 test, shuffled, duplicated, dropped); a hypothesis property compares what a
 receiver delivers with a small reference reassembler; the socket tests run
 in a network namespace with kernel loss and a logger."""
-import os
 import random
 import socket
 import time
@@ -240,7 +239,7 @@ def test_a_repaired_fragment_completes_the_message():
 def test_incarnation_death_drops_partials_with_a_reason():
     a, b = pair(fifo=True)
     big = payload(30_000, 5)
-    first = a.publish(big)
+    a.publish(big)
     carry(a, b, drop=lambda i, d: i == 3)
     assert b.frag_stats()["partial"] == 1
     a2 = CoreNode(1, 1, 2, mtu=MTU)                            # node 1 restarted

@@ -1,7 +1,6 @@
 """Streams within a group (csrc/streams.c, docs/api.md "Streams"): a stream
 id per publication, subscription by stream filtered in the data plane,
 per-stream counters, one node and one set of sockets for many streams."""
-import random
 import socket
 import time
 
