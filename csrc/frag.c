@@ -9,7 +9,6 @@ const char *const rp_frag_drop_names[RP_FRAG_D__COUNT] = {
     [RP_FRAG_D_DEAD] = "dead",
     [RP_FRAG_D_LOST] = "lost",
     [RP_FRAG_D_BAD] = "bad",
-    [RP_FRAG_D_PURGED] = "purged",
 };
 
 void rp_frag_init(rp_frag_t *f, uint64_t max_bytes) {

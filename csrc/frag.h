@@ -35,7 +35,6 @@ enum {
     RP_FRAG_D_DEAD,         /* its sender's incarnation died */
     RP_FRAG_D_LOST,         /* a fragment was declared lost (GAPNOTE) or given up */
     RP_FRAG_D_BAD,          /* a fragment disagreed with the others (count, total, stream, label) */
-    RP_FRAG_D_PURGED,       /* FIFO-SRB: a newer message with its label made it obsolete */
     RP_FRAG_D__COUNT
 };
 extern const char *const rp_frag_drop_names[RP_FRAG_D__COUNT];

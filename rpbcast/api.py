@@ -831,7 +831,7 @@ class Node:
         self.transport.lock()
         try:
             # per stream: {id: {subscribed, received, filtered, delivered, bytes}}
-            d["streams"] = self.engine.node.stream_stats()
+            d["by_stream"] = self.engine.node.stream_stats()
             d["reassembly"] = self.engine.node.frag_stats()
         finally:
             self.transport.unlock()

@@ -172,7 +172,7 @@ def test_one_node_many_streams_subscribe_at_runtime():
             pub.publish(b"two-late", stream=2)
             pub.publish_batch([b"b1", b"b2"], stream=2)
             assert recv_all() == [(2, b"two-late"), (2, b"b1"), (2, b"b2")]
-            st = sub.stats()["streams"]
+            st = sub.stats()["by_stream"]
             assert st[1]["delivered"] == 10 and st[1]["filtered"] == 1
             assert st[2]["delivered"] == 3 and st[2]["filtered"] == 10
             with pytest.raises(ValueError, match="stream"):

@@ -495,7 +495,7 @@ cdef extern from "node.h" nogil:
         uint32_t n
         uint64_t bytes, max_bytes
         uint64_t whole, fragments
-        uint64_t dropped[5]
+        uint64_t dropped[4]
     ctypedef struct rp_stream_t:
         uint32_t id
         uint8_t subscribed
