@@ -320,6 +320,41 @@ void rp_loop_set_window(rp_loop_t *l, uint64_t limit) {
 
 int rp_loop_window_poke(rp_loop_t *l) { return rp_sendwin_poke(&l->win, l->node); }
 
+/* Streams and large messages (rp_node_publish_ext): the window is checked per
+ * message, not per fragment -- a message larger than the window still goes
+ * once there is room, so the window is exceeded by at most one message. */
+int64_t rp_loop_publish_ext(rp_loop_t *l, const uint8_t *payload, uint64_t len, uint64_t label,
+                            uint32_t stream) {
+    pthread_mutex_lock(&l->mu);
+    if (!rp_sendwin_room(&l->win, l->node)) {
+        rp_sendwin_closed(&l->win);
+        pthread_mutex_unlock(&l->mu);
+        return RP_EWINDOW;
+    }
+    int64_t now = rp_now_ns();
+    int64_t seq = rp_node_publish_ext(l->node, payload, len, label, stream, now);
+    if (seq >= 0)
+        after_publish(l, now);
+    pthread_mutex_unlock(&l->mu);
+    return seq;
+}
+
+size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                                 const uint64_t *labels, size_t count, uint32_t stream) {
+    pthread_mutex_lock(&l->mu);
+    int64_t now = rp_now_ns();
+    uint64_t room = rp_sendwin_room(&l->win, l->node);
+    if (count > room) {
+        count = (size_t)room;
+        rp_sendwin_closed(&l->win);
+    }
+    size_t k = count ? rp_node_publish_batch_ext(l->node, payloads, lens, labels, count, stream, now) : 0;
+    if (k)
+        after_publish(l, now);
+    pthread_mutex_unlock(&l->mu);
+    return k;
+}
+
 int rp_loop_set_fanout_locked(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
     if (n > l->fancap) {
         uint64_t *f = (uint64_t *)realloc(l->fan, n * sizeof(uint64_t));

@@ -123,6 +123,13 @@ void rp_loop_unlock(rp_loop_t *l);
  * (RP_EWINDOW: the send window is full). */
 int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uint64_t label);
 
+/* The same on a stream, of any size up to the node's max_message (a large
+ * message goes out as fragments: node.h rp_node_publish_ext); and a batch. */
+int64_t rp_loop_publish_ext(rp_loop_t *l, const uint8_t *payload, uint64_t len, uint64_t label,
+                            uint32_t stream);
+size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                                 const uint64_t *labels, size_t count, uint32_t stream);
+
 /* Replace the unicast fan-out list (NULL/0: use multicast).  Takes mu;
  * the _locked form is for callers already holding it (the control plane). */
 int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n);

@@ -48,6 +48,14 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
         rc = RP_ENOMEM;
         goto fail;
     }
+    n->max_message = cfg->max_message ? cfg->max_message : (64u << 20);
+    rp_frag_init(&n->frag, cfg->reassembly_bytes ? cfg->reassembly_bytes : 2 * n->max_message);
+    rp_streams_init(&n->streams);
+    n->pubbuf = (uint8_t *)malloc(cfg->mtu);
+    if (!n->pubbuf) {
+        rc = RP_ENOMEM;
+        goto fail;
+    }
     if (n->srb_w) {
         n->srbw = (rp_srbw_t *)malloc(sizeof(rp_srbw_t));
         if (!n->srbw || (rc = rp_srbw_init(n->srbw, 0, n->srb_w))) {
@@ -105,6 +113,9 @@ void rp_node_free(rp_node_t *n) {
         rp_conflate_free(&n->latest);
     free(n->ctl);
     free(n->mv);
+    rp_frag_free(&n->frag);
+    rp_streams_free(&n->streams);
+    free(n->pubbuf);
     memset(n, 0, sizeof(*n));
 }
 
@@ -124,6 +135,8 @@ uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc) {
     n->last_slot = (uint32_t)*v;
     return (uint32_t)*v;
 }
+
+static void frag_drop(rp_node_t *n, rp_peer_t *p, int all, uint64_t lo, uint64_t hi, int reason);
 
 int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     uint32_t s = rp_node_find_peer(n, id, inc);
@@ -212,8 +225,10 @@ static void own_heard(rp_node_t *n, rp_peer_t *p) {
     p->own_heard = 1;
     uint64_t *v = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
     for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older)
-        if (n->peers[s]->inc < p->inc)
+        if (n->peers[s]->inc < p->inc && !n->peers[s]->dead) {
             n->peers[s]->dead = 1;
+            frag_drop(n, n->peers[s], 1, 0, 0, RP_FRAG_D_DEAD);   /* its partial messages */
+        }
 }
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -494,6 +509,118 @@ static inline void rx_enqueue(rp_node_t *n, rp_peer_t *p, uint64_t seq, uint64_t
     q_release_purged(n, p, now);
 }
 
+/* FIFO delivery moves past a large message that will never be whole: the
+ * slot of its first seq (where it would be delivered) is skipped. */
+static void frag_skip(rp_node_t *n, rp_peer_t *p, uint64_t first, int64_t now) {
+    if (p->q) {
+        rp_srbq_mark_purged(p->q, first);
+        q_release_purged(n, p, now);
+    }
+}
+
+/* Drop p's partial large messages (all, or those lacking a seq in [lo, hi]). */
+static void frag_drop(rp_node_t *n, rp_peer_t *p, int all, uint64_t lo, uint64_t hi, int reason) {
+    uint64_t firsts[64];
+    uint32_t k;
+    do {
+        k = rp_frag_drop(&n->frag, p->slot, all, lo, hi, reason, firsts, 64);
+        for (uint32_t i = 0; i < k; i++)
+            frag_skip(n, p, firsts[i], 0);
+    } while (k == 64);
+}
+
+/* One fragment of a large message (stored and counted already): into its
+ * message's buffer; the message, once whole, is stored as one entry
+ * (sender slot | RP_WHOLE_BIT, seq = its first) and queued for delivery
+ * like any message.  With FIFO delivery it takes the queue slot of its
+ * first seq; the slots of the other fragments are skipped. */
+static void rx_fragment(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rp_msgext_t *x,
+                        const uint8_t *data, uint32_t len, int on, int64_t now) {
+    uint64_t first = seq - x->index;
+    if (n->no_deliver)
+        return;                            /* a logger: logged and stored, nothing to deliver */
+    if (p->q && x->index != 0)
+        rp_srbq_mark_purged(p->q, seq);
+    if (!on) {
+        if (x->index == 0) {               /* counted once per message */
+            rp_streams_count(&n->streams, x->stream, x->total, 0);
+            if (p->q)
+                rp_srbq_mark_purged(p->q, seq);
+        }
+        if (p->q)
+            q_release_purged(n, p, now);
+        return;
+    }
+    rp_fragpart_t *w = NULL;
+    int r = rp_frag_add(&n->frag, p->slot, seq, x, data, len, now, &w);
+    if (r == RP_FRAG_FULL) {
+        /* Whole messages the application has not taken fill the bound:
+         * this fragment is missing again, asked for later (as rx_store). */
+        rp_iset_add(&p->st.missing, seq, seq);
+        n->c[RP_C_RX_DROPPED_FULL]++;
+        n->nack_pending++;
+        return;
+    }
+    if (r == RP_FRAG_DROPPED) {
+        frag_skip(n, p, first, now);
+    } else if (r == RP_FRAG_WHOLE && !n->fifo) {
+        /* Unordered delivery hands it over from here: no second copy. */
+        w->t = now;
+        w->at = n->store.head;             /* delivered in arrival order among stored messages */
+        rp_streams_count(&n->streams, x->stream, x->total, 1);
+        rp_frag_ready(&n->frag, w);
+    } else if (r == RP_FRAG_WHOLE) {
+        uint32_t holds = n->fifo ? RP_MS_QUEUE : RP_MS_DELIVER;
+        int64_t t = rp_mstore_put(&n->store, p->slot | RP_WHOLE_BIT, first, RP_LABEL_EXT, now,
+                                  n->round, holds, RP_MS_GOSSIP, w->buf, RP_EXT_HDR + x->total);
+        if (t < 0) {
+            /* No room for it yet (the application is not consuming): this
+             * fragment is missing again and repaired later, as rx_store does. */
+            rp_frag_undo(&n->frag, w, x->index);
+            rp_iset_add(&p->st.missing, seq, seq);
+            n->c[RP_C_RX_DROPPED_FULL]++;
+            n->nack_pending++;
+            return;
+        }
+        rp_streams_count(&n->streams, x->stream, x->total, 1);
+        rp_frag_done(&n->frag, w);
+        if (p->q)
+            rx_enqueue(n, p, first, x->label, t, holds, now);
+    }
+    if (p->q)
+        q_release_purged(n, p, now);
+}
+
+/* A DATA or REPAIR with an extension header (wire.h): a message of a
+ * stream other than 0, or a fragment of a large message. */
+static void rx_ext(rp_node_t *n, rp_peer_t *p, const rp_msgview_t *m, int a, int is_repair,
+                   const rx_payload_t *pl, uint64_t src, int64_t now) {
+    rp_msgext_t x;
+    rp_msgext_load(pl->data, &x);         /* checked by the decoder */
+    const uint8_t *data = pl->data + RP_EXT_HDR;
+    uint32_t dlen = pl->len - RP_EXT_HDR;
+    int on = rp_streams_wants(&n->streams, x.stream);
+    uint32_t holds = RP_MS_GOSSIP;
+    if (x.count == 1 && on && !n->no_deliver)
+        holds |= n->fifo ? RP_MS_QUEUE : RP_MS_DELIVER;
+    int64_t t = rx_store(n, p, m->seq, pl, holds, now);
+    if (RP_UNLIKELY(t == RX_DROPPED))
+        return;
+    rx_count_first(n, p, m, a, is_repair);
+    if (n->tracing)
+        rp_trace(&n->trace, now, RP_EV_RECV, p->id, p->inc, m->seq, pl->len, src,
+                 (a == RP_ACC_FILL ? 1u : 0u) | (is_repair ? 2u : 0u) |
+                 ((m->flags & RP_MF_FROM_LOGGER) && is_repair ? 4u : 0u));
+    if (x.count == 1) {
+        rp_streams_count(&n->streams, x.stream, dlen, on);
+        if (p->q)
+            rx_enqueue(n, p, m->seq, x.label, t, holds, now);
+    } else {
+        rx_fragment(n, p, m->seq, &x, data, dlen, on, now);
+    }
+    srb_infer(n, p, m->seq, now);
+}
+
 /* A DATA (is_repair 0) or REPAIR. */
 static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t src,
                     uint32_t source, int64_t now) {
@@ -520,12 +647,20 @@ static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t
         note_gap(n, p, lo, hi, now);       /* whatever happens to this one */
     if (n->log && rx_log(n, p, m->seq, &pl, now) < 0)
         return;
+    if (RP_UNLIKELY(pl.label == RP_LABEL_EXT)) {
+        rx_ext(n, p, m, a, is_repair, &pl, src, now);
+        return;
+    }
     if (n->conflate && pl.label != RP_SRB_NOLABEL)
         rp_conflate_put(&n->latest, p->id, p->inc, pl.label, m->seq, now, pl.data, pl.len);
     uint32_t holds = rx_holds(n, pl.label);
+    int on = rp_streams_wants(&n->streams, 0);
+    if (RP_UNLIKELY(!on))
+        holds &= RP_MS_GOSSIP;             /* stream 0 is not delivered here */
     int64_t t = rx_store(n, p, m->seq, &pl, holds, now);
     if (RP_UNLIKELY(t == RX_DROPPED))
         return;
+    rp_streams_count(&n->streams, 0, pl.len, on);
     rx_count_first(n, p, m, a, is_repair);
     if (n->tracing)
         rp_trace(&n->trace, now, RP_EV_RECV, p->id, p->inc, m->seq, pl.len, src,
@@ -681,8 +816,12 @@ int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int 
 
 /* ---- send -------------------------------------------------------------- */
 
-int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
-                        int64_t now) {
+/* Send one message: label is what goes on the wire and into the store and
+ * log (RP_LABEL_EXT for a message with an extension header), srb_label the
+ * application's label (FIFO-SRB window), self_holds what our own copy keeps
+ * beyond gossip, send buffer and window (RP_MS_DELIVER with deliver_own). */
+static int64_t publish_msg(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
+                           uint64_t srb_label, uint32_t self_holds, int64_t now) {
     size_t body = len + (label != RP_SRB_NOLABEL ? 8 : 0);
     if (body > rp_out_max_body(&n->out))
         return RP_EINVAL;
@@ -701,8 +840,8 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
         }
         n->c[RP_C_LOGGED]++;
     }
-    uint32_t holds = RP_MS_GOSSIP | (n->hold_send ? RP_MS_SEND : 0) |
-                     (n->deliver_own ? RP_MS_DELIVER : 0) | (n->srbw ? RP_MS_SRB : 0);
+    uint32_t holds = RP_MS_GOSSIP | (n->hold_send ? RP_MS_SEND : 0) | self_holds |
+                     (n->srbw ? RP_MS_SRB : 0);
     int64_t t = rp_mstore_put(&n->store, RP_SELF_SLOT, seq, label, now, n->round, holds,
                               RP_MS_GOSSIP, payload, len);
     if (t < 0)
@@ -721,7 +860,7 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
     if (len)
         memcpy(p, payload, len);
     if (n->srbw)
-        rp_srbw_sent(n->srbw, label, (uint64_t)t);
+        rp_srbw_sent(n->srbw, srb_label, (uint64_t)t);
     n->next_seq++;
     if (!n->hold_send)
         n->acked = n->next_seq;
@@ -733,12 +872,94 @@ int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint
     return (int64_t)seq;
 }
 
+int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
+                        int64_t now) {
+    return rp_node_publish_ext(n, payload, len, label, 0, now);
+}
+
+/* Could the store take `bytes` more payload in `entries` entries now?
+ * Free space plus what gossip-buffer eviction may reclaim: an estimate, so
+ * a large message is refused whole (back-pressure) rather than cut short
+ * in the common case. */
+static int store_room(const rp_mstore_t *st, uint64_t bytes, uint64_t entries) {
+    uint64_t free_b = st->acap - rp_mstore_bytes_used(st) + st->gossip_bytes;
+    uint64_t free_e = st->emask + 1 - rp_mstore_count(st) + st->gossip_count;
+    return free_b >= bytes + bytes / 8 && free_e >= entries;
+}
+
+/* A message of stream != 0 or too large for one datagram: count messages
+ * with extension headers (wire.h); our own copy of the whole message is
+ * stored once more for our own delivery when deliver_own asks for it. */
+static int64_t publish_ext(rp_node_t *n, const uint8_t *payload, uint64_t len, uint64_t label,
+                           uint32_t stream, int64_t now) {
+    size_t room = rp_out_max_body(&n->out);
+    if (room < 8 + RP_EXT_HDR + 1)
+        return RP_EINVAL;
+    uint64_t cmax = room - 8 - RP_EXT_HDR;
+    uint32_t count = len <= cmax ? 1 : (uint32_t)((len + cmax - 1) / cmax);
+    if (count > 1 && n->srbw)
+        return RP_EINVAL;                  /* FIFO-SRB windows count messages: not fragments */
+    int self = n->deliver_own && rp_streams_wants(&n->streams, stream);
+    if (count > 1 && !store_room(&n->store, (self ? 2 : 1) * (len + (uint64_t)count * 32),
+                                 count + 1))
+        return RP_EFULL;
+    rp_msgext_t x = {.label = label, .stream = stream, .index = 0, .count = count,
+                     .total = (uint32_t)len};
+    uint32_t chunk = rp_msgext_chunk(x.total, count);
+    int64_t first = -1;
+    for (x.index = 0; x.index < count; x.index++) {
+        uint32_t flen = rp_msgext_len(&x);
+        rp_msgext_store(n->pubbuf, &x);
+        if (flen)
+            memcpy(n->pubbuf + RP_EXT_HDR, payload + (uint64_t)x.index * chunk, flen);
+        int64_t r = publish_msg(n, n->pubbuf, RP_EXT_HDR + flen, RP_LABEL_EXT, label,
+                                count == 1 && self ? RP_MS_DELIVER : 0, now);
+        if (r < 0)
+            return x.index == 0 ? r : RP_EFULL;   /* cut short: receivers drop the partial */
+        if (x.index == 0)
+            first = r;
+    }
+    if (count > 1 && self) {
+        uint8_t *whole = (uint8_t *)malloc(RP_EXT_HDR + len);
+        if (whole) {
+            rp_msgext_t w = x;
+            w.index = 0;
+            w.count = 1;
+            rp_msgext_store(whole, &w);
+            memcpy(whole + RP_EXT_HDR, payload, len);
+            rp_mstore_put(&n->store, RP_WHOLE_SELF, (uint64_t)first, RP_LABEL_EXT, now, n->round,
+                          RP_MS_DELIVER, RP_MS_GOSSIP, whole, (uint32_t)(RP_EXT_HDR + len));
+            free(whole);
+        }
+    }
+    return first;
+}
+
+int64_t rp_node_publish_ext(rp_node_t *n, const uint8_t *payload, uint64_t len, uint64_t label,
+                            uint32_t stream, int64_t now) {
+    if (len > n->max_message || len > RP_EXT_MAX_TOTAL)
+        return RP_EINVAL;
+    if (label == RP_LABEL_EXT)
+        return RP_EINVAL;                  /* reserved: it marks the extension header */
+    if (stream == 0 && len + (label != RP_SRB_NOLABEL ? 8 : 0) <= rp_out_max_body(&n->out)) {
+        int self = n->deliver_own && rp_streams_wants(&n->streams, 0);
+        return publish_msg(n, payload, (uint32_t)len, label, label, self ? RP_MS_DELIVER : 0, now);
+    }
+    return publish_ext(n, payload, len, label, stream, now);
+}
+
 size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
                              const uint64_t *labels, size_t count, int64_t now) {
+    return rp_node_publish_batch_ext(n, payloads, lens, labels, count, 0, now);
+}
+
+size_t rp_node_publish_batch_ext(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
+                                 const uint64_t *labels, size_t count, uint32_t stream,
+                                 int64_t now) {
     size_t off = 0, k;
     for (k = 0; k < count; k++) {
-        int64_t r = rp_node_publish(n, payloads + off, lens[k], labels ? labels[k] : RP_SRB_NOLABEL,
-                                    now);
+        int64_t r = rp_node_publish_ext(n, payloads + off, lens[k],
+                                        labels ? labels[k] : RP_SRB_NOLABEL, stream, now);
         if (r < 0)
             break;
         off += lens[k];
@@ -921,6 +1142,8 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
     if (!p || lo > hi)
         return 0;
     int64_t k = rp_seqtrack_forget(&p->st, lo, hi);
+    if (n->frag.n)
+        frag_drop(n, p, 0, lo, hi, RP_FRAG_D_LOST);   /* a large message that lacks them */
     rp_iset_remove(&p->lmissing, lo, hi);
     rp_iset_remove(&p->inflight, lo, hi);
     if (p->q) {
@@ -1088,56 +1311,138 @@ static int q_peek(const rp_srbq_t *q, uint64_t *handle) {
     return 0;
 }
 
+/* One delivery: a message's id, label, stream and payload into the columns.
+ * A message with an extension header (a stream's, or a whole large message)
+ * is handed over without it. */
 static inline void deliver_one(rp_node_t *n, rp_msent_t *e, size_t k, uint32_t *senders,
                                uint32_t *incs, uint64_t *seqs, uint64_t *labels,
-                               int64_t *rx_times, uint32_t *offs, uint32_t *lens, uint8_t *buf,
-                               size_t used, int64_t now) {
+                               int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                               uint32_t *streams, uint8_t *buf, size_t used, int64_t now) {
     uint32_t id, inc;
-    if (e->sender == RP_SELF_SLOT) {
+    if (e->sender == RP_SELF_SLOT || e->sender == RP_WHOLE_SELF) {
         id = n->id;
         inc = n->inc;
     } else {
-        id = n->peers[e->sender]->id;
-        inc = n->peers[e->sender]->inc;
+        id = n->peers[e->sender & ~RP_WHOLE_BIT]->id;
+        inc = n->peers[e->sender & ~RP_WHOLE_BIT]->inc;
+    }
+    const uint8_t *d = rp_mstore_data(&n->store, e);
+    uint32_t len = e->len, stream = 0;
+    uint64_t label = e->label;
+    if (RP_UNLIKELY(label == RP_LABEL_EXT && len >= RP_EXT_HDR)) {
+        rp_msgext_t x;
+        rp_msgext_load(d, &x);
+        label = x.label;
+        stream = x.stream;
+        d += RP_EXT_HDR;
+        len -= RP_EXT_HDR;
     }
     senders[k] = id;
     incs[k] = inc;
     seqs[k] = e->seq;
     if (labels)
-        labels[k] = e->label;
+        labels[k] = label;
     if (rx_times)
         rx_times[k] = e->t;
+    if (streams)
+        streams[k] = stream;
     offs[k] = (uint32_t)used;
-    lens[k] = e->len;
-    if (e->len)
-        memcpy(buf + used, rp_mstore_data(&n->store, e), e->len);
+    lens[k] = len;
+    if (len)
+        memcpy(buf + used, d, len);
     n->c[RP_C_DELIVERED]++;
+    rp_streams_delivered(&n->streams, stream);
     if (n->tracing)
-        rp_trace(&n->trace, now, RP_EV_DELIVER, id, inc, e->seq, e->len, 0, 0);
+        rp_trace(&n->trace, now, RP_EV_DELIVER, id, inc, e->seq, len, 0, 0);
+}
+
+/* Whole large messages reassembled for unordered delivery (frag.h) that
+ * arrived before store ticket upto.  Returns -1 when buf is full. */
+static int deliver_ready(rp_node_t *n, size_t max, size_t *kp, size_t *usedp, uint64_t upto,
+                         uint32_t *senders, uint32_t *incs, uint64_t *seqs, uint64_t *labels,
+                         int64_t *rx_times, uint32_t *offs, uint32_t *lens, uint32_t *streams,
+                         uint8_t *buf, size_t cap, int64_t now) {
+    rp_fragpart_t *w;
+    size_t k = *kp, used = *usedp;
+    int rc = 0;
+    for (; k < max && (w = rp_frag_peek(&n->frag)) != NULL && w->at <= upto; k++) {
+        if (used + w->x.total > cap) {
+            if (!k)
+                n->recv_need = w->x.total;
+            rc = -1;
+            break;
+        }
+        rp_peer_t *p = n->peers[w->slot];
+        senders[k] = p->id;
+        incs[k] = p->inc;
+        seqs[k] = w->first;
+        if (labels)
+            labels[k] = w->x.label;
+        if (rx_times)
+            rx_times[k] = w->t;
+        if (streams)
+            streams[k] = w->x.stream;
+        offs[k] = (uint32_t)used;
+        lens[k] = w->x.total;
+        memcpy(buf + used, w->buf + RP_EXT_HDR, w->x.total);
+        used += w->x.total;
+        n->c[RP_C_DELIVERED]++;
+        rp_streams_delivered(&n->streams, w->x.stream);
+        if (n->tracing)
+            rp_trace(&n->trace, now, RP_EV_DELIVER, p->id, p->inc, w->first, w->x.total, 0, 0);
+        rp_frag_pop(&n->frag);
+    }
+    *kp = k;
+    *usedp = used;
+    return rc;
 }
 
 size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                     uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
                     uint8_t *buf, size_t cap, int64_t now) {
+    return rp_node_recv_ex(n, max, senders, incs, seqs, labels, rx_times, offs, lens, NULL, buf,
+                           cap, now);
+}
+
+size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
+                       uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                       uint32_t *streams, uint8_t *buf, size_t cap, int64_t now) {
     size_t k = 0, used = 0;
     rp_mstore_t *st = &n->store;
+    n->recv_need = 0;
+
     /* Messages with a DELIVER hold, in arrival order: all of them when
      * delivery is unordered; with FIFO queues only our own (deliver_own),
      * which the store holds in seq order -- peers' go through the queues. */
     if (!n->fifo || n->deliver_own) {
         uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
+        int full = 0;
         for (; c < st->head && k < max; c++) {
+            if (n->frag.rhead && deliver_ready(n, max, &k, &used, c, senders, incs, seqs, labels,
+                                               rx_times, offs, lens, streams, buf, cap, now) < 0) {
+                full = 1;
+                break;
+            }
+            if (k >= max)
+                break;
             rp_msent_t *e = rp_mstore_entry(st, c);
             if (!(e->holds & RP_MS_DELIVER))
                 continue;
-            if (used + e->len > cap)
+            if (used + e->len > cap) {
+                if (!k)
+                    n->recv_need = e->len;     /* a large message: the caller needs a larger buffer */
                 break;
-            deliver_one(n, e, k, senders, incs, seqs, labels, rx_times, offs, lens, buf, used, now);
-            used += e->len;
+            }
+            deliver_one(n, e, k, senders, incs, seqs, labels, rx_times, offs, lens, streams, buf,
+                        used, now);
+            used += lens[k];
             e->holds &= ~(uint32_t)RP_MS_DELIVER;
             k++;
         }
         st->deliver_cursor = c;
+        if (!full && n->frag.rhead && c >= st->head)
+            deliver_ready(n, max, &k, &used, UINT64_MAX, senders, incs, seqs, labels, rx_times,
+                          offs, lens, streams, buf, cap, now);
         if (!n->fifo || c < st->head) {
             rp_mstore_release(st, st->tail, 0);     /* reclaim what is now idle */
             return k;
@@ -1153,11 +1458,15 @@ size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs,
             if (!q || !q_peek(q, &h))
                 continue;
             rp_msent_t *e = rp_mstore_entry(st, h);
-            if (used + e->len > cap)
+            if (used + e->len > cap) {
+                if (!k)
+                    n->recv_need = e->len;
                 goto done;
+            }
             rp_srbq_pop(q, &h, &s, 1);
-            deliver_one(n, e, k, senders, incs, seqs, labels, rx_times, offs, lens, buf, used, now);
-            used += e->len;
+            deliver_one(n, e, k, senders, incs, seqs, labels, rx_times, offs, lens, streams, buf,
+                        used, now);
+            used += lens[k];
             e->holds &= ~(uint32_t)RP_MS_QUEUE;
             k++;
             progress = 1;
@@ -1172,7 +1481,7 @@ uint64_t rp_node_pending(const rp_node_t *n) {
     if (!n->fifo) {
         const rp_mstore_t *st = &n->store;
         uint64_t c = st->deliver_cursor > st->tail ? st->deliver_cursor : st->tail;
-        return st->head - c;
+        return st->head - c + n->frag.nready;
     }
     uint64_t k = 0;
     if (n->deliver_own && !n->no_deliver) {     /* own messages (upper bound, as above) */

@@ -17,12 +17,14 @@
 #define RP_NODE_H
 
 #include "conflate.h"
+#include "frag.h"
 #include "logstore.h"
 #include "msgstore.h"
 #include "outbox.h"
 #include "seqtrack.h"
 #include "signature.h"
 #include "srb.h"
+#include "streams.h"
 #include "tbucket.h"
 #include "trace.h"
 #include "wire.h"
@@ -30,6 +32,11 @@
 #define RP_SELF_SLOT 0xFFFFFFFEu
 #define RP_NO_SLOT   0xFFFFFFFFu
 #define RP_NOT_IDLE  UINT64_MAX    /* rp_peer_t.idle_seq of a stream not known idle */
+/* Store "sender" of a reassembled large message (frag.h): its sender's slot
+ * with this bit, so the (sender, seq) index keeps it apart from the
+ * fragment stored under its first seq; RP_WHOLE_SELF for our own. */
+#define RP_WHOLE_BIT  0x80000000u
+#define RP_WHOLE_SELF 0xFFFFFFFDu
 
 /* Repair phases of a peer's missing ids (rp_node_missing).  An id starts in
  * the gossip phase (asked of peers); a GcNOTE or a timeout moves it to the
@@ -187,6 +194,12 @@ typedef struct {
     /* keyed group (auth.h): datagrams without a valid MAC are dropped (AUTH)
      * before anything else is parsed; NULL = unkeyed, today's behaviour */
     rp_auth_t *auth;
+    /* large messages (frag.h) and streams (streams.h) */
+    rp_frag_t frag;
+    rp_streams_t streams;
+    uint64_t max_message;      /* largest payload publish takes */
+    uint8_t *pubbuf;           /* one fragment's stored form, built by publish */
+    uint64_t recv_need;        /* bytes the next delivery needed when it did not fit (0: none) */
 } rp_node_t;
 
 typedef struct {
@@ -199,6 +212,8 @@ typedef struct {
     uint32_t max_scan;
     uint32_t max_streams;      /* 0: RP_MAX_STREAMS_DEFAULT */
     uint8_t deliver_own, fifo, is_logger, no_deliver;
+    uint64_t max_message;      /* largest payload publish takes (0: 64 MiB) */
+    uint64_t reassembly_bytes; /* bound on partial large messages (0: 2 x max_message) */
 } rp_node_cfg_t;
 
 #define RP_MAX_STREAMS_DEFAULT 4096
@@ -266,11 +281,23 @@ RP_INLINE uint8_t *rp_node_out_msg(rp_node_t *n, uint64_t dest, uint8_t type, ui
 int64_t rp_node_publish(rp_node_t *n, const uint8_t *payload, uint32_t len, uint64_t label,
                         int64_t now);
 
+/* Publish one message of any size up to max_message on stream: a message
+ * that does not fit one datagram goes out as fragments (frag.h), each an
+ * ordinary message with its own seq.  Returns the seq of the first (the
+ * message's id), RP_EFULL on back-pressure (nothing sent), RP_EINVAL when
+ * too large or fragmented under FIFO-SRB, RP_EIO when a logger could not
+ * log it.  rp_node_publish is this with stream 0. */
+int64_t rp_node_publish_ext(rp_node_t *n, const uint8_t *payload, uint64_t len, uint64_t label,
+                            uint32_t stream, int64_t now);
+
 /* Publish count messages laid out back to back in payloads (lens[i] each,
  * labels may be NULL).  Returns how many were published (stops at the
  * first back-pressure). */
 size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
                              const uint64_t *labels, size_t count, int64_t now);
+/* The same on one stream. */
+size_t rp_node_publish_batch_ext(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
+                                 const uint64_t *labels, size_t count, uint32_t stream, int64_t now);
 
 /* Queue a multicast HEARTBEAT for the own stream (idle flag as given). */
 int rp_node_send_heartbeat(rp_node_t *n, int idle);
@@ -348,6 +375,13 @@ uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes);
 size_t rp_node_recv(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                     uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
                     uint8_t *buf, size_t cap, int64_t now);
+
+/* rp_node_recv, with each message's stream id into streams (may be NULL).
+ * When the next message alone is larger than cap nothing is delivered and
+ * n->recv_need says how many bytes it needs. */
+size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
+                       uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                       uint32_t *streams, uint8_t *buf, size_t cap, int64_t now);
 
 /* Number of messages waiting for the application (upper bound). */
 uint64_t rp_node_pending(const rp_node_t *n);

@@ -128,6 +128,14 @@ int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t 
     case RP_T_REPAIR:
         /* A label of 2^64-1 is reserved: it means "no label" internally. */
         ok = !(flags & RP_MF_LABEL) || (len >= 8 && rp_ld64(body) != UINT64_MAX);
+        if (ok && (flags & RP_MF_LABEL) && rp_ld64(body) == RP_LABEL_EXT) {
+            rp_msgext_t x;
+            ok = len >= 8 + RP_EXT_HDR;
+            if (ok) {
+                rp_msgext_load(body + 8, &x);
+                ok = rp_msgext_check(&x, len - 8 - RP_EXT_HDR) == 0;
+            }
+        }
         break;
     case RP_T_HEARTBEAT:
         ok = (flags & RP_MF_FIRST) ? len == 8 : len == 0;

@@ -69,6 +69,69 @@ enum {
                                      died), rather than never sent or collected from a log */
 #define RP_MF_VOTERS       0x01   /* ATOMIC: body = n x u32 voter ids (n >= 1), aux = YES */
 
+/* The extension header of DATA/REPAIR (docs/wire-format.md 4.1.1): a
+ * message whose label field holds RP_LABEL_EXT carries, right after it, a
+ * 24-byte header -- u64 label (the application's, or 2^64-1 for none),
+ * u32 stream, u32 index, u32 count, u32 total -- then its payload.  A
+ * message of stream s != 0, or one fragment of a message larger than a
+ * datagram, is written this way; everything else is not (no cost to the
+ * small stream-0 messages).  It rides in the label so every path that keeps
+ * a message -- store, log, repair from either -- keeps it unchanged: a
+ * fragment is an ordinary sequence-numbered message.
+ *
+ * Fragment `index` of `count` is seq first + index of its sender and covers
+ * payload bytes [index * chunk, min(total, (index + 1) * chunk)) with chunk
+ * = ceil(total / count): its length follows from the header, which the
+ * decoder checks. */
+#define RP_LABEL_EXT       (UINT64_MAX - 2)   /* 2^64-3: reserved for applications */
+#define RP_EXT_HDR         24
+#define RP_EXT_MAX_COUNT   (1u << 20)         /* fragments of one message */
+#define RP_EXT_MAX_TOTAL   (1u << 30)         /* bytes of one message (1 GiB) */
+
+typedef struct {
+    uint64_t label;
+    uint32_t stream, index, count, total;
+} rp_msgext_t;
+
+RP_INLINE void rp_msgext_load(const uint8_t *p, rp_msgext_t *x) {
+    x->label = rp_ld64(p);
+    x->stream = rp_ld32(p + 8);
+    x->index = rp_ld32(p + 12);
+    x->count = rp_ld32(p + 16);
+    x->total = rp_ld32(p + 20);
+}
+
+RP_INLINE void rp_msgext_store(uint8_t *p, const rp_msgext_t *x) {
+    rp_st64(p, x->label);
+    rp_st32(p + 8, x->stream);
+    rp_st32(p + 12, x->index);
+    rp_st32(p + 16, x->count);
+    rp_st32(p + 20, x->total);
+}
+
+/* Fragment size of a message of total bytes in count fragments, and the
+ * length of fragment index. */
+RP_INLINE uint32_t rp_msgext_chunk(uint32_t total, uint32_t count) {
+    return count ? (uint32_t)(((uint64_t)total + count - 1) / count) : 0;
+}
+RP_INLINE uint32_t rp_msgext_len(const rp_msgext_t *x) {
+    uint64_t c = rp_msgext_chunk(x->total, x->count), a = (uint64_t)x->index * c;
+    uint64_t b = a + c < x->total ? a + c : x->total;
+    return a < b ? (uint32_t)(b - a) : 0;
+}
+
+/* 0 if the extension header and payload length (bytes after the header)
+ * agree: count >= 1, index < count, bounds, the fragment's exact length,
+ * no nested extension label. */
+RP_INLINE int rp_msgext_check(const rp_msgext_t *x, size_t plen) {
+    if (x->count == 0 || x->index >= x->count || x->count > RP_EXT_MAX_COUNT ||
+        x->total > RP_EXT_MAX_TOTAL || x->label == RP_LABEL_EXT)
+        return -1;
+    if (x->count > 1 && (uint64_t)x->count > x->total)
+        return -1;                       /* every fragment carries a byte */
+    return plen == rp_msgext_len(x) ? 0 : -1;
+}
+
 /* ATOMIC: what the message says about its proposal (aux & 0xff); the next
  * byte is a reason code for NO and ABORTED, the number of an aggregator's
  * voter list for YES with VOTERS and for HAVE.  The decoder checks only the

@@ -55,6 +55,13 @@ STALL_REPORT_EVERY = 10.0
 # receive(): messages fetched per refill, into a buffer of this many bytes
 # (a refill stops early when the buffer is full; the rest waits)
 RECEIVE_BATCH = 1024
+EXT_LABEL = 2**64 - 3     # reserved: marks the extension header (stream, fragment) on the wire
+
+
+def _stream_id(s) -> int:
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 0 <= int(s) < 2**32:
+        raise ValueError(f"a stream id is an integer in 0..2**32-1, got {s!r}")
+    return int(s)
 RECEIVE_BUF = 1 << 20
 
 
@@ -65,6 +72,7 @@ class Message(NamedTuple):
     label: Optional[int]
     payload: memoryview
     rx_time: int          # ns, CLOCK_MONOTONIC (kernel receive time with timestamps on)
+    stream: int = 0       # the stream it was published on (publish(stream=))
 
 
 class Batch(NamedTuple):
@@ -79,6 +87,7 @@ class Batch(NamedTuple):
     offs: np.ndarray
     lens: np.ndarray
     buf: bytearray
+    streams: Optional[np.ndarray] = None    # stream id of each message
 
     def payload(self, i) -> memoryview:
         o = int(self.offs[i])
@@ -165,7 +174,8 @@ class Node:
     """A group member on real UDP sockets."""
 
     def __init__(self, config: Config, *, start: bool = True, log=None, resume=None,
-                 trace: int = 0, stats_socket: Optional[str] = None, extensions=()):
+                 trace: int = 0, stats_socket: Optional[str] = None, extensions=(),
+                 streams=None):
         """resume: what a restarted receiver already delivered, per stream
         {(sender, inc): frontier int | delivered seqs | [(lo, hi)] ranges}
         (Engine.resume): those ids are never delivered again, the others
@@ -173,7 +183,9 @@ class Node:
         trace: capacity of the event trace buffer (0 = off);
         stats_socket: a UNIX socket path where `rpbcast stat` reads live
         counters; extensions: engine extensions to run (e.g.
-        rpbcast.protocol.gsgc.GsgcExtension()), every member running the same."""
+        rpbcast.protocol.gsgc.GsgcExtension()), every member running the same;
+        streams: the stream ids to deliver (None: every stream; see
+        subscribe) -- the others are filtered out in the data plane."""
         cfg = config.validate()
         gip, gport = netaddr.parse_hostport(cfg.group_addr)
         bip, bport = netaddr.parse_hostport(cfg.bind)
@@ -237,6 +249,11 @@ class Node:
         self._bi = 0
         self._buf = bytearray(max(4 << 20, cfg.mtu * 4096))
         self._spin = cfg.receive_spin_us * 1e-6
+        self._streams_chosen = streams is not None
+        if streams is not None:
+            self.engine.node.only_streams(True)
+            for s in streams:
+                self.engine.node.subscribe(_stream_id(s))
         self._callbacks = []
         self._dispatcher = None
         self._closed = False
@@ -268,8 +285,11 @@ class Node:
         return netaddr.fmt_addr(self.transport.addr)
 
     # ---- sending --------------------------------------------------------
-    def publish(self, payload, label: Optional[int] = None, timeout: Optional[float] = 0) -> int:
-        """Multicast one message; returns its sequence number.
+    def publish(self, payload, label: Optional[int] = None, timeout: Optional[float] = 0, stream: int = 0) -> int:
+        """Multicast one message on ``stream``; returns its sequence number
+        (of its first fragment when it is larger than a datagram: it is
+        delivered whole, docs/api.md "Large messages"; ValueError when it is
+        larger than Config.max_message_size).
 
         Back-pressure (the send window of Config.send_window is full, or
         the store, or a FIFO-SRB window): with timeout=0 (the default)
@@ -278,12 +298,14 @@ class Node:
         long as it takes."""
         if label == ATOMIC_LABEL and self._atomic is not None:
             raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
+        self._check_message(len(memoryview(payload).cast("B")), label)
+        stream = _stream_id(stream)
         if timeout == 0:
-            return self.transport.publish(payload, label)
+            return self.transport.publish(payload, label, stream)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                return self.transport.publish(payload, label)
+                return self.transport.publish(payload, label, stream)
             except BlockingIOError as e:
                 err = e
             if self._closed:
@@ -326,14 +348,16 @@ class Node:
         while self.transport.window_room(arm=True) == 0:
             await self._fd_ready(self.transport.window_fd)
 
-    async def apublish(self, payload, label: Optional[int] = None) -> int:
+    async def apublish(self, payload, label: Optional[int] = None, stream: int = 0) -> int:
         """publish, awaitable: waits (the event loop running) for room in
         the send window instead of raising BlockingIOError."""
         if label == ATOMIC_LABEL and self._atomic is not None:
             raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
+        self._check_message(len(memoryview(payload).cast("B")), label)
+        stream = _stream_id(stream)
         while True:
             try:
-                return self.transport.publish(payload, label)
+                return self.transport.publish(payload, label, stream)
             except BlockingIOError:
                 pass
             if self._closed:
@@ -366,10 +390,55 @@ class Node:
                     del waiters[fd]
                     loop.remove_reader(fd)
 
-    def publish_batch(self, payloads, lens=None, labels=None) -> int:
-        """Publish many messages: ``payloads`` is one buffer with the
-        messages back to back and ``lens`` their sizes (uint32), or a list of
-        bytes.  Returns how many went out."""
+    def _check_message(self, nbytes: int, label) -> None:
+        cap = self.config.message_cap
+        if nbytes > cap:
+            raise ValueError(f"a {nbytes}-byte message is larger than max_message_size ({cap} bytes)")
+        if label == EXT_LABEL:
+            raise ValueError("label 2**64-3 is reserved (it marks a message's extension header on the wire)")
+        if self.config.srb_window and nbytes + (8 if label is not None else 0) > self.engine.node.max_body:
+            raise ValueError(f"a {nbytes}-byte message is larger than a datagram; FIFO-SRB (srb_window) "
+                             f"counts messages in its window, so it does not fragment: at most "
+                             f"{self.engine.node.max_body - (8 if label is not None else 0)} bytes")
+
+    # ---- streams ----------------------------------------------------------
+    def subscribe(self, stream: int) -> None:
+        """Deliver ``stream`` from now on.  A node built without ``streams=``
+        delivers every stream; the first subscribe switches it to only the
+        streams subscribed.  Messages of other streams are still received,
+        repaired, served and logged (reliability does not depend on who
+        reads what), only not delivered: no Python object is made for them."""
+        self.transport.lock()
+        try:
+            node = self.engine.node
+            if not self._streams_chosen:
+                node.only_streams(True)
+                self._streams_chosen = True
+            node.subscribe(_stream_id(stream))
+        finally:
+            self.transport.unlock()
+
+    def unsubscribe(self, stream: int) -> None:
+        """Stop delivering ``stream`` (messages already queued are delivered)."""
+        self.transport.lock()
+        try:
+            node = self.engine.node
+            if not self._streams_chosen:
+                node.only_streams(True)
+                for s in node.stream_stats():
+                    if s != "other":
+                        node.subscribe(s)
+                node.subscribe(0)
+                self._streams_chosen = True
+            node.unsubscribe(_stream_id(stream))
+        finally:
+            self.transport.unlock()
+
+    def publish_batch(self, payloads, lens=None, labels=None, stream: int = 0) -> int:
+        """Publish many messages on ``stream``: ``payloads`` is one buffer
+        with the messages back to back and ``lens`` their sizes (uint32), or
+        a list of bytes; each may be large (up to max_message_size).
+        Returns how many went out."""
         if lens is None:
             items = list(payloads)
             lens = np.fromiter((len(p) for p in items), np.uint32, len(items))
@@ -379,23 +448,30 @@ class Node:
             labels = np.ascontiguousarray(labels, dtype=np.uint64)
             if self._atomic is not None and (labels == np.uint64(ATOMIC_LABEL)).any():
                 raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
+            if (labels == np.uint64(EXT_LABEL)).any():
+                raise ValueError("label 2**64-3 is reserved (it marks a message's extension header on the wire)")
+        stream = _stream_id(stream)
         # An oversize message ends the batch with an error, not silently:
         # the messages before it go out, and the error says how many did.
         if self._closed:
             raise RuntimeError("this rpbcast Node is closed")
-        room = self.engine.node.max_body
-        need = lens.astype(np.int64) + (8 if labels is not None else 0)
-        big = np.flatnonzero(need > room)
+        if self.config.srb_window:      # no fragments under FIFO-SRB (_check_message)
+            room = self.engine.node.max_body - (8 if labels is not None else 0)
+            what = f"larger than a datagram can carry under FIFO-SRB ({room} bytes)"
+        else:
+            room = self.config.message_cap
+            what = f"larger than max_message_size ({room} bytes)"
+        big = np.flatnonzero(lens.astype(np.int64) > room)
         if len(big):
             k = int(big[0])
             done = self.transport.publish_batch(memoryview(payloads).cast("B"), lens[:k],
-                                                labels[:k] if labels is not None else None) if k else 0
+                                                labels[:k] if labels is not None else None,
+                                                stream) if k else 0
             if done == k:
-                raise ValueError(f"message {k} is {int(lens[k])} bytes, larger than a datagram can carry "
-                                 f"({room - (8 if labels is not None else 0)} bytes); "
+                raise ValueError(f"message {k} is {int(lens[k])} bytes, {what}; "
                                  f"{done} of {len(lens)} messages were published")
             return done
-        return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels)
+        return self.transport.publish_batch(memoryview(payloads).cast("B"), lens, labels, stream)
 
     # ---- draining: what flow control still waits for --------------------
     def _send_state(self, t0_ns: int) -> Drain:
@@ -502,8 +578,14 @@ class Node:
     # ---- receiving ------------------------------------------------------
     def recv_batch(self, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
         buf = buf if buf is not None else bytearray(max(len(self._buf), self.config.mtu * max_n))
-        k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf)
-        return Batch(k, s, i, q, lab, t, off, ln, buf)
+        streams = np.empty(max_n, np.uint32)
+        k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf, streams)
+        need = self.engine.node.recv_need if not k else 0
+        if need > len(buf):
+            # The next message is a large one, whole: a buffer that holds it.
+            buf = bytearray(need)
+            k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf, streams)
+        return Batch(k, s, i, q, lab, t, off, ln, buf, streams[:k])
 
     def poll(self, timeout: float = 0.0, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
         """Drive the node from the calling thread and take what it delivers:
@@ -527,7 +609,8 @@ class Node:
                 self._bi += 1
                 lab = int(b.labels[i])
                 return Message(int(b.senders[i]), int(b.incs[i]), int(b.seqs[i]),
-                               None if lab == NOLABEL else lab, b.payload(i), int(b.rx_times[i]))
+                               None if lab == NOLABEL else lab, b.payload(i), int(b.rx_times[i]),
+                               int(b.streams[i]) if b.streams is not None else 0)
             # A fresh buffer per batch: payloads handed out earlier are
             # memoryviews into the previous one and must stay valid.  A
             # batch that came back empty handed nothing out: reuse it.
@@ -859,6 +942,13 @@ class Node:
 
     def stats(self) -> dict:
         d = self.transport.stats()
+        self.transport.lock()
+        try:
+            # per stream: {id: {subscribed, received, filtered, delivered, bytes}}
+            d["by_stream"] = self.engine.node.stream_stats()
+            d["reassembly"] = self.engine.node.frag_stats()
+        finally:
+            self.transport.unlock()
         # ids given up for good (lost, purged, unwanted), not counting those a
         # late starter skipped before its t_join (never its to deliver)
         d["lost"] = max(0, d.get("forgotten", 0) - d.get("t_join_skipped", 0))

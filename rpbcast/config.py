@@ -74,6 +74,13 @@ class Config:
     max_gap: int = 1 << 32                # a seq jump beyond this is rejected as bogus
     delivery: str = "unordered"
     deliver_own: bool = False
+    # Large messages: a payload larger than a datagram goes out as fragments
+    # (each an ordinary message, repaired and logged like any) and is
+    # delivered whole (docs/api.md "Large messages").  The message and its
+    # fragments must fit the store: at most store_bytes / 2.  0: the smaller
+    # of 16 MiB and store_bytes / 2 (Config.message_cap).
+    max_message_size: int = 0
+    reassembly_bytes: int = 0             # bound on partial messages here; 0 = 2 x the message cap
 
     # gossip repair (thesis Table 7.1)
     gossip_interval: float = 0.25
@@ -207,6 +214,12 @@ class Config:
         self.validate()
 
     # ------------------------------------------------------------------
+    @property
+    def message_cap(self) -> int:
+        """The largest payload publish takes: max_message_size, or by
+        default the smaller of 16 MiB and store_bytes / 2."""
+        return self.max_message_size or min(16 << 20, self.store_bytes // 2)
+
     def validate(self):
         def need(cond, msg):
             if not cond:
@@ -257,6 +270,14 @@ class Config:
              "flow_commit needs flow_control = 'receivers' (with loggers, the log covers a restarted receiver)")
         need(576 <= self.mtu <= 65507, f"mtu must be between 576 and 65507 bytes, got {self.mtu}")
         need(self.store_bytes >= 1 << 16, f"store_bytes must be at least 64 KiB, got {self.store_bytes}")
+        need(0 <= self.max_message_size <= 1 << 30,
+             f"max_message_size must be 0 (default) or a size in 1..2**30 bytes, got {self.max_message_size!r}")
+        need(self.max_message_size <= self.store_bytes // 2,
+             f"max_message_size ({self.max_message_size}) must be at most store_bytes / 2 "
+             f"({self.store_bytes // 2}): a message and its fragments are stored at once")
+        need(self.reassembly_bytes == 0 or self.reassembly_bytes >= self.message_cap,
+             f"reassembly_bytes must be 0 (2 x max_message_size) or at least max_message_size "
+             f"({self.message_cap}), got {self.reassembly_bytes!r}")
         need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")
         for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
                      "idle_after", "logger_retx_timeout", "fsync_interval", "logger_ack_interval",
@@ -361,7 +382,8 @@ class Config:
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
-               "send_window", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us")
+               "send_window", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
+               "max_message_size", "reassembly_bytes")
 _NUMBER_FIELDS = ("repair_rate", "repair_burst", "drop_rate", "log_min_keep")
 
 

@@ -485,6 +485,30 @@ cdef extern from "node.h" nogil:
         uint8_t type, flags
     ctypedef struct rp_auth_t:
         pass
+    # frag.h, streams.h: large messages and streams
+    enum:
+        RP_FRAG_D__COUNT
+        RP_EXT_HDR
+    const uint64_t RP_LABEL_EXT
+    const char *const rp_frag_drop_names[]
+    ctypedef struct rp_frag_t:
+        uint32_t n
+        uint64_t bytes, max_bytes
+        uint64_t whole, fragments
+        uint64_t dropped[4]
+    ctypedef struct rp_stream_t:
+        uint32_t id
+        uint8_t subscribed
+        uint64_t received, filtered, delivered, bytes
+    ctypedef struct rp_streams_t:
+        uint8_t all
+        rp_stream_t *v
+        uint32_t n
+        rp_stream_t other
+    int rp_streams_set(rp_streams_t *s, uint32_t id, int on)
+    void rp_streams_all(rp_streams_t *s, int all)
+    int rp_streams_wants(rp_streams_t *s, uint32_t id)
+
     ctypedef struct rp_node_t:
         uint32_t group, id, inc
         rp_auth_t *auth
@@ -514,11 +538,16 @@ cdef extern from "node.h" nogil:
         rp_log_t *log
         uint8_t conflate
         rp_conflate_t latest
+        rp_frag_t frag
+        rp_streams_t streams
+        uint64_t max_message
+        uint64_t recv_need
     ctypedef struct rp_node_cfg_t:
         uint32_t group, id, inc, mtu
         uint64_t store_bytes, store_entries, max_gap, srb_w
         uint32_t max_scan, max_streams
         uint8_t deliver_own, fifo, is_logger, no_deliver
+        uint64_t max_message, reassembly_bytes
     int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
     int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int nkeys,
                          uint64_t counter0)
@@ -537,6 +566,10 @@ cdef extern from "node.h" nogil:
                             int64_t now)
     size_t rp_node_publish_batch(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
                                  const uint64_t *labels, size_t count, int64_t now)
+    int64_t rp_node_publish_ext(rp_node_t *n, const uint8_t *payload, uint64_t length, uint64_t label,
+                                uint32_t stream, int64_t now)
+    size_t rp_node_publish_batch_ext(rp_node_t *n, const uint8_t *payloads, const uint32_t *lens,
+                                     const uint64_t *labels, size_t count, uint32_t stream, int64_t now)
     int rp_node_send_heartbeat(rp_node_t *n, int idle)
     uint64_t rp_node_logger_ack(rp_node_t *n, uint64_t upto)
     size_t rp_node_missing(rp_node_t *n, uint32_t slot, int phase, uint64_t frm, uint64_t upto,
@@ -557,6 +590,9 @@ cdef extern from "node.h" nogil:
     size_t rp_node_recv(rp_node_t *n, size_t mx, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
                         uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
                         uint8_t *buf, size_t cap, int64_t now)
+    size_t rp_node_recv_ex(rp_node_t *n, size_t mx, uint32_t *senders, uint32_t *incs, uint64_t *seqs,
+                           uint64_t *labels, int64_t *rx_times, uint32_t *offs, uint32_t *lens,
+                           uint32_t *streams, uint8_t *buf, size_t cap, int64_t now)
     uint64_t rp_node_pending(const rp_node_t *n)
 
 
@@ -658,5 +694,9 @@ cdef extern from "loop.h" nogil:
     int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t length, uint64_t label)
     uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns)
     void rp_loop_close_waiters(rp_loop_t *l)
+    int64_t rp_loop_publish_ext(rp_loop_t *l, const uint8_t *payload, uint64_t length, uint64_t label,
+                                uint32_t stream)
+    size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
+                                     const uint64_t *labels, size_t count, uint32_t stream)
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)

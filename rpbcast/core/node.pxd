@@ -20,10 +20,11 @@ cdef const uint64_t *labels_ptr(const uint64_t[::1] labels)
 
 
 cdef class Deliveries:
-    cdef object senders, incs, seqs, labels, rx_times, offs, lens
-    cdef uint32_t[::1] s_, i_, o_, l_
+    cdef object senders, incs, seqs, labels, rx_times, offs, lens, streams
+    cdef uint32_t[::1] s_, i_, o_, l_, st_
     cdef uint64_t[::1] q_, b_
     cdef int64_t[::1] t_
     cdef size_t max_n
     cdef size_t take(self, rp_node_t *n, uint8_t[::1] buf, int64_t now) noexcept nogil
     cdef tuple result(self, size_t k)
+    cdef int copy_streams(self, uint32_t[::1] out, size_t k) except -1

@@ -80,8 +80,11 @@ cdef class Node:
                   uint64_t store_bytes=64 << 20, uint64_t store_entries=1 << 20,
                   uint64_t max_gap=1 << 32, uint64_t srb_w=0, uint32_t max_scan=65536,
                   bint deliver_own=False, bint fifo=False, bint is_logger=False,
-                  bint no_deliver=False, uint32_t max_streams=0):
+                  bint no_deliver=False, uint32_t max_streams=0, uint64_t max_message=64 << 20,
+                  uint64_t reassembly_bytes=0):
         cdef rp_node_cfg_t cfg
+        cfg.max_message = max_message
+        cfg.reassembly_bytes = reassembly_bytes
         cfg.group = group
         cfg.id = node_id
         cfg.inc = inc
@@ -400,20 +403,78 @@ cdef class Node:
 
     # ---- send ------------------------------------------------------------
 
-    def publish(self, const uint8_t[::1] payload not None, label=None, int64_t now=0):
-        """Publish one message; returns its seq.  Raises BlockingIOError on
-        back-pressure (send buffer or FIFO-SRB window full), ValueError if it
-        cannot fit one datagram or its label is the reserved 2**64-1, OSError
-        when a logger could not log it."""
+    def publish(self, const uint8_t[::1] payload not None, label=None, int64_t now=0,
+                uint32_t stream=0):
+        """Publish one message on ``stream``; returns its seq (of its first
+        fragment when it is larger than a datagram).  Raises BlockingIOError
+        on back-pressure (send buffer or FIFO-SRB window full), ValueError if
+        it is larger than max_message or its label is reserved, OSError when
+        a logger could not log it."""
         cdef uint64_t lab
         cdef uint8_t z = 0
         publish_label(label, &lab)
-        cdef int64_t r = rp_node_publish(&self.n, &payload[0] if payload.shape[0] else &z,
-                                         payload.shape[0], lab, now)
+        cdef int64_t r = rp_node_publish_ext(&self.n, &payload[0] if payload.shape[0] else &z,
+                                             payload.shape[0], lab, stream, now)
         return published(r, payload.shape[0], self.n.out.mtu)
 
+    # ---- streams and large messages (streams.h, frag.h) -------------------
+
+    def subscribe(self, uint32_t stream):
+        """Deliver ``stream`` here (after only_streams(True))."""
+        if rp_streams_set(&self.n.streams, stream, 1) != RP_OK:
+            raise MemoryError("stream table full")
+
+    def unsubscribe(self, uint32_t stream):
+        if rp_streams_set(&self.n.streams, stream, 0) != RP_OK:
+            raise MemoryError("stream table full")
+
+    def only_streams(self, bint on):
+        """on: deliver only the subscribed streams; off: every stream."""
+        rp_streams_all(&self.n.streams, not on)
+
+    def wants_stream(self, uint32_t stream):
+        return bool(rp_streams_wants(&self.n.streams, stream))
+
+    def stream_stats(self):
+        """{stream: {subscribed, received, filtered, delivered, bytes}}; ids
+        beyond the table's bound are summed under "other"."""
+        cdef uint32_t i
+        cdef rp_stream_t *e
+        out = {}
+        for i in range(self.n.streams.n):
+            e = &self.n.streams.v[i]
+            out[e.id] = dict(subscribed=bool(self.n.streams.all or e.subscribed),
+                             received=e.received, filtered=e.filtered,
+                             delivered=e.delivered, bytes=e.bytes)
+        e = &self.n.streams.other
+        if e.received or e.delivered:
+            out["other"] = dict(subscribed=bool(self.n.streams.all), received=e.received,
+                           filtered=e.filtered, delivered=e.delivered, bytes=e.bytes)
+        return out
+
+    def frag_stats(self):
+        """Reassembly of large messages: whole messages, fragments taken,
+        partials and their bytes now, the bound, and drops by reason."""
+        cdef int i
+        out = dict(whole=self.n.frag.whole, fragments=self.n.frag.fragments,
+                   partial=self.n.frag.n, partial_bytes=self.n.frag.bytes,
+                   bound=self.n.frag.max_bytes)
+        for i in range(RP_FRAG_D__COUNT):
+            out["dropped_" + rp_frag_drop_names[i].decode()] = self.n.frag.dropped[i]
+        return out
+
+    @property
+    def max_message(self):
+        return self.n.max_message
+
+    @property
+    def recv_need(self):
+        """Bytes the next delivery needed when the last recv_batch's buffer
+        was too small for it (0: none)."""
+        return self.n.recv_need
+
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
-                      const uint64_t[::1] labels=None, int64_t now=0):
+                      const uint64_t[::1] labels=None, int64_t now=0, uint32_t stream=0):
         """Publish len(lens) messages laid out back to back; returns how many
         went out (fewer on back-pressure, or on a logger whose log refused
         a write: counter log_errors).  A label of 2**64-1 means none."""
@@ -422,8 +483,8 @@ cdef class Node:
         cdef const uint64_t *lp = labels_ptr(labels)
         cdef uint8_t z = 0
         with nogil:
-            done = rp_node_publish_batch(&self.n, &payloads[0] if payloads.shape[0] else &z,
-                                         &lens[0] if k else NULL, lp, k, now)
+            done = rp_node_publish_batch_ext(&self.n, &payloads[0] if payloads.shape[0] else &z,
+                                             &lens[0] if k else NULL, lp, k, stream, now)
         return done
 
     def send_heartbeat(self, bint idle=True):
@@ -713,14 +774,17 @@ cdef class Node:
     def pending(self):
         return rp_node_pending(&self.n)
 
-    def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, int64_t now=0):
+    def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, int64_t now=0,
+                   uint32_t[::1] streams=None):
         """Deliver up to max_n messages: payloads back to back into ``buf``.
         Returns (count, senders, incs, seqs, labels, rx_times, offs, lens) as
-        NumPy arrays of length count."""
+        NumPy arrays of length count; each message's stream id goes into
+        ``streams`` when given (at least max_n long)."""
         cdef Deliveries d = Deliveries(max_n)
         cdef size_t k
         with nogil:
             k = d.take(&self.n, buf, now)
+        d.copy_streams(streams, k)
         return d.result(k)
 
     @property
@@ -891,7 +955,9 @@ cdef int64_t published(int64_t r, size_t nbytes, uint32_t mtu) except -1:
         raise BlockingIOError("back-pressure: the send buffer is full of unacknowledged messages "
                               "(is a logger reachable?) or the FIFO-SRB window is closed")
     if r == RP_EINVAL:
-        raise ValueError(f"a {nbytes}-byte message does not fit the MTU ({mtu} bytes)")
+        raise ValueError(f"a {nbytes}-byte message cannot be sent: larger than max_message_size, "
+                         "a reserved label (2**64-3), or larger than a datagram "
+                         f"({mtu}-byte MTU) under FIFO-SRB (srb_window)")
     if r == RP_EIO:
         raise OSError("this logger could not log its own message (see counter log_errors); "
                       "nothing was sent")
@@ -929,14 +995,27 @@ cdef class Deliveries:
         self.lens = np.empty(max_n, np.uint32)
         self.s_, self.i_, self.o_, self.l_ = self.senders, self.incs, self.offs, self.lens
         self.q_, self.b_, self.t_ = self.seqs, self.labels, self.rx_times
+        self.streams = np.empty(max_n, np.uint32)
+        self.st_ = self.streams
 
     cdef size_t take(self, rp_node_t *n, uint8_t[::1] buf, int64_t now) noexcept nogil:
         """Deliveries of n into the columns, payloads into buf; how many."""
         if not self.max_n:
             return 0
-        return rp_node_recv(n, self.max_n, &self.s_[0], &self.i_[0], &self.q_[0], &self.b_[0],
-                            &self.t_[0], &self.o_[0], &self.l_[0],
-                            &buf[0] if buf.shape[0] else NULL, buf.shape[0], now)
+        return rp_node_recv_ex(n, self.max_n, &self.s_[0], &self.i_[0], &self.q_[0], &self.b_[0],
+                               &self.t_[0], &self.o_[0], &self.l_[0], &self.st_[0],
+                               &buf[0] if buf.shape[0] else NULL, buf.shape[0], now)
+
+    cdef int copy_streams(self, uint32_t[::1] out, size_t k) except -1:
+        """The stream ids of the last take into out (when given)."""
+        cdef size_t i
+        if out is None:
+            return 0
+        if <size_t>out.shape[0] < k:
+            raise ValueError("streams array shorter than the deliveries")
+        for i in range(k):
+            out[i] = self.st_[i]
+        return 0
 
     cdef tuple result(self, size_t k):
         """(count, senders, incs, seqs, labels, rx_times, offs, lens), k long."""

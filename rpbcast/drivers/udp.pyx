@@ -415,29 +415,29 @@ cdef class Transport:
     # ---- application side -------------------------------------------------
     # The same checks and errors as the node face (rpbcast.core.node), here
     # under the loop lock and sent at once.
-    def publish(self, const uint8_t[::1] payload not None, label=None):
+    def publish(self, const uint8_t[::1] payload not None, label=None, uint32_t stream=0):
         cdef uint64_t lab
         cdef uint8_t z = 0
         cdef const uint8_t *p = &payload[0] if payload.shape[0] else &z
-        cdef uint32_t n = payload.shape[0]
+        cdef uint64_t n = payload.shape[0]
         cdef int64_t seq
         publish_label(label, &lab)
         with nogil:
-            seq = rp_loop_publish1(&self.loop, p, n, lab)
+            seq = rp_loop_publish_ext(&self.loop, p, n, lab, stream)
         if seq == RP_EWINDOW:
             raise BlockingIOError(f"back-pressure: the send window is full ({rp_loop_window(&self.loop).limit:,} "
                                   f"published messages not yet acknowledged; Config.send_window)")
         return published(seq, n, self.node.n.out.mtu)
 
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
-                      const uint64_t[::1] labels=None):
+                      const uint64_t[::1] labels=None, uint32_t stream=0):
         check_batch(payloads, lens, labels)
         cdef size_t k = lens.shape[0], done
         cdef const uint64_t *lp = labels_ptr(labels)
         cdef uint8_t z = 0
         with nogil:
-            done = rp_loop_publish(&self.loop, &payloads[0] if payloads.shape[0] else &z,
-                                   &lens[0] if k else NULL, lp, k)
+            done = rp_loop_publish_batch_ext(&self.loop, &payloads[0] if payloads.shape[0] else &z,
+                                             &lens[0] if k else NULL, lp, k, stream)
         return done
 
     # ---- the send window (back-pressure; csrc/sendwindow.h) ---------------
@@ -492,15 +492,17 @@ cdef class Transport:
             r = poll(&p, 1, ms)
         return r > 0
 
-    def recv_batch(self, size_t max_n, uint8_t[::1] buf not None):
+    def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, uint32_t[::1] streams=None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
-        rx_times, offs, lens); payloads land back to back in buf."""
+        rx_times, offs, lens); payloads land back to back in buf, stream ids
+        in ``streams`` when given."""
         cdef Deliveries d = Deliveries(max_n)
         cdef size_t k
         with nogil:
             rp_loop_lock(&self.loop)
             k = d.take(&self.node.n, buf, rp_now_ns())
             rp_loop_unlock(&self.loop)
+        d.copy_streams(streams, k)
         return d.result(k)
 
     def pending(self):

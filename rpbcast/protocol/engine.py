@@ -100,7 +100,8 @@ class Engine:
                          store_entries=cfg.store_entries, max_gap=cfg.max_gap,
                          srb_w=cfg.srb_window, max_scan=cfg.max_scan, max_streams=cfg.max_streams,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
-                         is_logger=self.is_logger, no_deliver=self.is_logger)
+                         is_logger=self.is_logger, no_deliver=self.is_logger,
+                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bytes)
         if cfg.key_file is not None:
             cfg = self._key(cfg, now if mac_counter0 is None else mac_counter0)
         if cfg.repair_rate:
@@ -358,6 +359,9 @@ class Engine:
         out = []
         while len(out) < max_n:
             k, snd, inc, seq, lab, _, off, ln = self.node.recv_batch(min(max_n - len(out), 4096), buf, now)
+            if not k and self.node.recv_need > len(buf):
+                buf = bytearray(self.node.recv_need)      # a large message: room for it whole
+                continue
             if not k:
                 break
             mv = memoryview(buf)

@@ -95,12 +95,16 @@ def _publish_all(node, args, pacer):
         for line in sys.stdin.buffer:
             pending.append(line.rstrip(b"\n"))
             if len(pending) >= b:
-                n += _publish_items(node, pending, args.label, pacer)
+                n += _publish_items(node, pending, args.label, pacer, args.stream)
                 pending = []
         if pending:
-            n += _publish_items(node, pending, args.label, pacer)
+            n += _publish_items(node, pending, args.label, pacer, args.stream)
         return n
-    body = args.text.encode() if args.text else b"x" * args.size
+    if args.file:
+        with open(args.file, "rb") as f:
+            body = f.read()              # one message, fragmented when larger than a datagram
+    else:
+        body = args.text.encode() if args.text else b"x" * args.size
     import numpy as np
     buf = body * b
     lens = np.full(b, len(body), np.uint32)
@@ -111,7 +115,7 @@ def _publish_all(node, args, pacer):
         if k == 1:
             while True:
                 try:
-                    node.publish(body, label=args.label)
+                    node.publish(body, label=args.label, stream=args.stream)
                     break
                 except BlockingIOError:
                     _blocked(pacer)
@@ -120,7 +124,7 @@ def _publish_all(node, args, pacer):
             done = 0
             while done < k:
                 got = node.publish_batch(memoryview(buf)[done * len(body):k * len(body)], lens[done:k],
-                                         None if labels is None else labels[done:k])
+                                         None if labels is None else labels[done:k], stream=args.stream)
                 done += got
                 if done < k:
                     _blocked(pacer)
@@ -138,7 +142,7 @@ def _blocked(pacer):
     pacer.blocked += time.monotonic() - t
 
 
-def _publish_items(node, items, label, pacer):
+def _publish_items(node, items, label, pacer, stream=0):
     import numpy as np
     if label is None:
         labels = None
@@ -146,7 +150,8 @@ def _publish_items(node, items, label, pacer):
         labels = np.full(len(items), label, np.uint64)
     done = 0
     while done < len(items):
-        done += node.publish_batch(items[done:], labels=None if labels is None else labels[done:])
+        done += node.publish_batch(items[done:], labels=None if labels is None else labels[done:],
+                                   stream=stream)
         if done < len(items):
             _blocked(pacer)
     return len(items)
@@ -230,8 +235,13 @@ class _Counter:
         return {"delivered": self.total, "streams": out}
 
 
+def _on(m):
+    """' [stream N]' for a message of a stream other than 0."""
+    return f" [stream {m.stream}]" if m.stream else ""
+
+
 def _sub(args):
-    node = open_node(args)
+    node = open_node(args, streams=args.stream)
     _stop_on_signals()
     n = 0
     counter = _Counter() if args.count_only else None
@@ -262,11 +272,12 @@ def _sub(args):
                 payload = bytes(m.payload)
                 if args.format == "json":
                     print(json.dumps({"sender": m.sender, "inc": m.inc, "seq": m.seq, "label": m.label,
+                                      "stream": m.stream, "size": len(payload),
                                       "payload": payload.decode("utf-8", "replace")}))
                 elif args.format == "hex":
-                    print(f"{m.sender}/{m.inc}/{m.seq} {payload.hex()}")
+                    print(f"{m.sender}/{m.inc}/{m.seq}{_on(m)} {payload.hex()}")
                 else:
-                    print(f"{m.sender}/{m.inc}/{m.seq}: {payload.decode('utf-8', 'replace')}")
+                    print(f"{m.sender}/{m.inc}/{m.seq}{_on(m)}: {payload.decode('utf-8', 'replace')}")
                 sys.stdout.flush()
     except _Stop:
         pass
@@ -365,6 +376,11 @@ def add_parsers(sub):
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--text", help="payload text")
     p.add_argument("--label", type=int, default=None, help="FIFO-SRB obsolescence label")
+    p.add_argument("--stream", type=int, default=0, metavar="N",
+                   help="stream id to publish on (default 0); subscribers choose streams with sub --stream")
+    p.add_argument("--file", metavar="PATH",
+                   help="publish the file's contents as each message (any size up to max_message_size: "
+                        "larger than a datagram, it is fragmented and delivered whole)")
     p.add_argument("--stdin", action="store_true", help="publish each line of stdin")
     p.add_argument("--linger", type=float, default=None, metavar="SECONDS",
                    help="wait at most this long at the end for every message to be acknowledged (default: "
@@ -378,6 +394,9 @@ def add_parsers(sub):
     p.add_argument("--timeout", type=float, default=0, help="stop after this many idle seconds (0 = never); "
                                                             "exit 1 if --count was not reached")
     p.add_argument("--format", choices=["text", "hex", "json"], default="text")
+    p.add_argument("--stream", type=int, action="append", default=None, metavar="N",
+                   help="deliver only this stream (repeat for several; default: every stream); the others "
+                        "are still received and repaired here, just not delivered")
     p.add_argument("--count-only", action="store_true",
                    help="print nothing per message: count deliveries per sender (distinct, missing between, "
                         "duplicates) at millions per second and report at the end")

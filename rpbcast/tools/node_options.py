@@ -54,13 +54,14 @@ def config_from_args(args, **over):
     return Config.from_dict(d)
 
 
-def open_node(args, **over):
+def open_node(args, streams=None, **over):
     """The node the options describe, serving its counters on its stats
-    socket unless --no-stats-socket."""
+    socket unless --no-stats-socket; streams: the stream ids it delivers
+    (None: every stream)."""
     from rpbcast import api
     cfg = config_from_args(args, **over)
     sock = None
     if not getattr(args, "no_stats_socket", False):
         os.makedirs(STATS_DIR, exist_ok=True)
         sock = stats_path(cfg.group, cfg.node_id)
-    return api.Node(cfg, stats_socket=sock)
+    return api.Node(cfg, stats_socket=sock, streams=streams)

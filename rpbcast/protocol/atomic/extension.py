@@ -301,7 +301,16 @@ class AtomicDelivery(Extension):
         t = self.timeout_ns if timeout is None else _ns(timeout)
         if t <= 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
-        return records.propose(payload, t, self.scheme, self.fanout, len(self.view.voters()))
+        rec = records.propose(payload, t, self.scheme, self.fanout, len(self.view.voters()))
+        room = self.ctx.node.max_body - 8           # a labelled message in one datagram
+        if len(rec) > room:
+            # Records are found by their label in the store (Node.take_labelled),
+            # one message each: a fragmented proposal would not be.  Large
+            # atomic payloads are out of scope (docs/atomic.md).
+            raise ValueError(f"an atomic payload must fit one datagram: this record is {len(rec)} bytes, "
+                             f"at most {room} (payload about {room - (len(rec) - len(payload))} bytes); "
+                             f"large messages are for publish(), not publish_atomic()")
+        return rec
 
     def propose(self, payload, now: int, timeout: Optional[float] = None):
         """Publish an atomic message at time now (the driver's clock: the
