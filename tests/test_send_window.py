@@ -141,11 +141,13 @@ def test_apublish_and_writable_wait_for_the_window_without_polling():
 
 
 def test_exactly_once_under_the_window_with_kernel_loss():
-    """1 % of datagrams dropped by the kernel (iptables in the namespace):
-    the window holds the sender back, repairs fill the gaps, and each of
-    two receivers gets every message exactly once."""
+    """5 % of datagrams dropped by the kernel (iptables in the namespace;
+    on loopback a GSO datagram of many messages crosses whole, so 60 k
+    messages are a few hundred packets: at 1 % a run without a single drop
+    happened): the window holds the sender back, repairs fill the gaps, and
+    each of two receivers gets every message exactly once."""
     count = 60_000
-    with netns.namespace(loss=0.01) as ns, netns.entered(ns):
+    with netns.namespace(loss=0.05) as ns, netns.entered(ns):
         from rpbcast import Node
         port = PORT + 30
         ids = [1, 2, 3]
