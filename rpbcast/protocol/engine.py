@@ -373,7 +373,7 @@ class Engine:
         self._now = now
         heard = self.members.heard
         handlers = self._handlers
-        for msg in self.node.take_control():
+        for msg in self.node.take_control(now):
             heard(msg[7], now)
             h = handlers.get(msg[0])
             if h is not None:
