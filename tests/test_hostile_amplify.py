@@ -333,3 +333,28 @@ def test_a_request_flood_from_spoofed_addresses_leaves_the_own_stream_and_memory
         finally:
             for n in nodes.values():
                 n.close()
+
+
+@pytest.mark.parametrize("key,value", [("amplify_factor", -1), ("amplify_factor", 0.5), ("amplify_factor", "3"),
+                                       ("unvalidated_rate", -5), ("reply_outbox_bytes", 1000),
+                                       ("reply_outbox_bytes", 2.5)])
+def test_bad_bounds_are_config_errors_naming_the_key(key, value):
+    from rpbcast import ConfigError
+    with pytest.raises(ConfigError, match=key):
+        Config(node_id=1, **{key: value}).validate()
+
+
+def test_a_cookie_is_bound_to_its_address_and_window():
+    """The cookie is the only thing that lifts the cap: it must not be
+    reusable for another address or guessable from another window's."""
+    from rpbcast.core.node import Node as CoreNode
+    n = CoreNode(1, 1, 1)
+    n.enable_addrcheck(3.0)
+    now = 10 ** 12
+    c1, w = n.addr_cookie(0x7F000001_0001, now)
+    c2, _ = n.addr_cookie(0x7F000001_0002, now)
+    c3, w3 = n.addr_cookie(0x7F000001_0001, now + 10 * 10 ** 9)
+    assert len({c1, c2, c3}) == 3 and w3 == w + 1
+    assert not n.addr_validated(0x7F000001_0001)
+    n.set_trusted_addrs([0x7F000001_0001])
+    assert n.addr_validated(0x7F000001_0001) and not n.addr_validated(0x7F000001_0002)
