@@ -166,7 +166,7 @@ static size_t drain_queue(rp_node_t *n, rp_catchup_t *cu, uint64_t dest, rp_cuq_
                           int64_t now) {
     size_t sent = 0;
     rp_log_cursor_t c;
-    int have = 0;
+    int have = 0, refused = 0;
     while (sent < budget && q->ids.n && n->out.used < RP_CU_OUT_LIMIT) {
         uint64_t lo = q->ids.v[0].lo, hi = q->ids.v[0].hi;
         if (!have) {
@@ -187,13 +187,27 @@ static size_t drain_queue(rp_node_t *n, rp_catchup_t *cu, uint64_t dest, rp_cuq_
             if (plen < 0)
                 break;
             if (emit(n, dest, q->sender, q->inc, seq, label, pl, (uint32_t)plen, now)) {
-                plen = RP_LOG_IOERR;
+                /* the outbox refused it (full, or dest no longer validated,
+                 * outbox.h): not a log error; the rest stays queued */
+                refused = 1;
                 break;
             }
             sent++;
             done_to = seq + 1;
             if (seq == hi)
                 break;
+        }
+        if (refused) {
+            if (done_to > lo) {
+                int64_t k = rp_iset_remove(&q->ids, lo, done_to - 1);
+                if (k > 0)
+                    cu->queued -= (uint64_t)k;
+            }
+            if (n->out.ac && !rp_ac_validated(n->out.ac, dest)) {
+                cu->queued -= q->ids.count;     /* it will not be let through: forget it */
+                rp_iset_clear(&q->ids);
+            }
+            break;
         }
         if (plen == RP_LOG_ABSENT || (plen >= 0 && seq == hi))
             done_to = hi + 1;           /* the rest of the interval is not in the log */

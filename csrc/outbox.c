@@ -12,6 +12,7 @@ int rp_out_init(rp_outbox_t *o, uint32_t mtu, uint32_t group, uint32_t src, uint
     o->src = src;
     o->src_inc = src_inc;
     o->cap = cap < 4 * (size_t)mtu ? 4 * (size_t)mtu : cap;
+    o->reply_cap = RP_OUT_REPLY_CAP;
     o->buf = (uint8_t *)malloc(o->cap);
     o->dcap = 256;
     o->d = (rp_outd_t *)malloc(o->dcap * sizeof(rp_outd_t));
@@ -23,6 +24,8 @@ int rp_out_init(rp_outbox_t *o, uint32_t mtu, uint32_t group, uint32_t src, uint
 }
 
 void rp_out_free(rp_outbox_t *o) {
+    rp_ac_free(o->ac);
+    o->ac = NULL;
     free(o->buf);
     free(o->d);
     o->buf = NULL;
@@ -96,10 +99,75 @@ static int open_new(rp_outbox_t *o, int k, uint64_t dest) {
     return RP_OK;
 }
 
+static uint8_t *out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
+                        uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len);
+
+/* A PING whose nonce is dest's cookie (addrcheck.h); its body the window. */
+static void send_cookie(rp_outbox_t *o, uint64_t dest, int free_of_credit) {
+    rp_addrcheck_t *ac = o->ac;
+    size_t bytes = RP_DG_HDR + RP_MSG_HDR + 8 + o->mac_room;
+    if (!rp_ac_cookie_sent(ac, dest, bytes, free_of_credit))
+        return;
+    uint64_t w = rp_ac_window(ac);
+    uint8_t *p = out_msg(o, dest, RP_T_PING, 0, o->src, o->src_inc, 0, rp_ac_cookie(ac, dest, w), 8);
+    if (p)
+        rp_st64(p, w);
+}
+
+/* May a unicast message of body_len bytes go to dest?  Counts what it drops. */
+static int reply_allowed(rp_outbox_t *o, uint64_t dest, size_t body_len) {
+    size_t bytes = RP_MSG_HDR + body_len;
+    if (o->reply_cap && o->used >= o->reply_cap) {
+        o->drop_full_msgs++;
+        o->drop_full_bytes += bytes;
+        return 0;
+    }
+    if (!o->ac)
+        return 1;
+    /* a message that opens a datagram also costs the datagram's header */
+    if (!(o->open[1] && o->bdest[1] == dest && rp_dgb_room(&o->b[1]) >= body_len))
+        bytes += RP_DG_HDR + o->mac_room;
+    int cookie = 0;
+    int ok = rp_ac_charge(o->ac, dest, bytes, &cookie);
+    if (cookie)
+        send_cookie(o, dest, cookie == 2);
+    return ok;
+}
+
+int rp_out_set_addrcheck(rp_outbox_t *o, double factor) {
+    rp_ac_free(o->ac);
+    o->ac = NULL;
+    if (factor <= 0)
+        return RP_OK;
+    o->ac = rp_ac_new(factor);
+    return o->ac ? RP_OK : RP_ENOMEM;
+}
+
+int rp_out_heard(rp_outbox_t *o, uint64_t src, uint8_t type, uint64_t seq, const uint8_t *body,
+                 size_t len, int64_t now) {
+    rp_addrcheck_t *ac = o->ac;
+    if (!ac || src == RP_DEST_MCAST)
+        return 1;
+    if (type == RP_T_PONG && rp_ac_pong(ac, src, seq, body, len, now))
+        return 1;
+    int r = rp_ac_request(ac, src, RP_MSG_HDR + len, now);
+    /* probes are answered, not cookied: a PONG must fit the PING's credit */
+    if (r > 0 && type != RP_T_PING && type != RP_T_PONG)
+        send_cookie(o, src, 0);
+    return r >= 0;
+}
+
 uint8_t *rp_out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
                     uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len) {
     if (body_len > rp_out_max_body(o))
         return NULL;
+    if (dest != RP_DEST_MCAST && !reply_allowed(o, dest, body_len))
+        return NULL;
+    return out_msg(o, dest, type, flags, sender, inc, aux, seq, body_len);
+}
+
+static uint8_t *out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
+                        uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len) {
     int k = dest == RP_DEST_MCAST ? 0 : 1;
     if (o->open[k] && o->bdest[k] != dest) {
         if (close_open(o, k))

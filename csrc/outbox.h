@@ -9,10 +9,22 @@
  *
  * Destinations are opaque 64-bit addresses chosen by the driver (an IPv4
  * address and port, a simulator node index, ...); RP_DEST_MCAST is the group.
+ *
+ * Unicast is bounded (issue 14: a flood must not grow the outbox or turn
+ * the node into an amplifier).  A unicast message is dropped, and counted
+ * by reason, when the outbox holds reply_cap bytes or more (the socket is
+ * behind: a requester asks again, our own requests are retried), or when
+ * its destination has not proven it receives there and its credit is
+ * spent (addrcheck.h).  That covers requests we send on our own too: in a
+ * group without a key a forged JOIN or MEMBERS entry names any address,
+ * and our gossip to it would flood that address; a member that really is
+ * there answers the cookie and is validated within a round trip.  The
+ * node's own stream (multicast) is never dropped for either.
  */
 #ifndef RP_OUTBOX_H
 #define RP_OUTBOX_H
 
+#include "addrcheck.h"
 #include "auth.h"
 #include "wire.h"
 
@@ -42,7 +54,15 @@ typedef struct {
      * it is closed, so nothing leaves the outbox unauthenticated */
     rp_auth_t *auth;           /* owned by the node */
     uint32_t mac_room;         /* trailer bytes reserved per datagram (0 unkeyed) */
+    /* bounded unicast */
+    size_t reply_cap;          /* unicast dropped while used >= this (0: no cap) */
+    rp_addrcheck_t *ac;        /* address validation, owned here (NULL: off) */
+    uint64_t drop_full_msgs, drop_full_bytes;   /* unicast dropped: outbox at reply_cap */
 } rp_outbox_t;
+
+/* Default reply_cap (bytes); the logger's catch-up stops queueing at
+ * RP_CU_OUT_LIMIT, below it. */
+#define RP_OUT_REPLY_CAP (8u << 20)
 
 int  rp_out_init(rp_outbox_t *o, uint32_t mtu, uint32_t group, uint32_t src, uint32_t src_inc,
                  size_t cap);
@@ -71,6 +91,17 @@ void rp_out_clear(rp_outbox_t *o);
 /* Drop the first k finished datagrams (after a partial send), keeping the
  * rest in order.  Open datagrams are kept. */
 void rp_out_consume(rp_outbox_t *o, size_t k);
+
+/* Cap replies to unvalidated addresses at factor x what they sent
+ * (factor 0: off).  RP_OK or RP_ENOMEM. */
+int rp_out_set_addrcheck(rp_outbox_t *o, double factor);
+
+/* A control message from src reached the control plane's door: credit
+ * src, and send it a cookie if one is due (addrcheck.h); a PONG is checked
+ * as a cookie echo.  Returns 0 if the message is not admitted (drop it),
+ * 1 if it is.  Call for every control message (with ac set). */
+int rp_out_heard(rp_outbox_t *o, uint64_t src, uint8_t type, uint64_t seq, const uint8_t *body,
+                 size_t len, int64_t now);
 
 RP_INLINE size_t rp_out_pending(const rp_outbox_t *o) {
     return o->n + (size_t)o->open[0] + (size_t)o->open[1];

@@ -23,6 +23,7 @@ typedef struct {
     rp_iset_t *gc_out;
     int64_t now;
     size_t served, limited;
+    int refused;                  /* the outbox refused a message to dest: stop */
     uint64_t gc;
     uint64_t purged[2 * PURGED_BATCH];   /* pairs not sent yet */
     size_t npurged;
@@ -56,6 +57,8 @@ static void emit_purged(serve_t *s) {
         for (size_t i = 0; i < 2 * s->npurged; i++)
             rp_st64(b + 8 * i, s->purged[i]);
         n->c[RP_C_PURGED_NOTICES] += s->npurged;
+    } else {
+        s->refused = 1;
     }
     s->npurged = 0;
 }
@@ -66,8 +69,10 @@ static int repair_from_store(serve_t *s, uint64_t ticket, uint64_t id) {
         s->limited++;
         return 0;
     }
-    if (emit_repair(n, ticket, s->sender, s->inc, s->dest, s->from_logger))
+    if (emit_repair(n, ticket, s->sender, s->inc, s->dest, s->from_logger)) {
+        s->refused = 1;
         return 0;
+    }
     s->served++;
     if (n->tracing)
         rp_trace(&n->trace, s->now, RP_EV_RTX_SERVED, s->sender, s->inc, id,
@@ -93,8 +98,10 @@ static int repair_from_log(serve_t *s, uint64_t id) {
     uint8_t *o = rp_node_out_msg(n, s->dest, RP_T_REPAIR,
                                  (lab ? RP_MF_LABEL : 0) | RP_MF_FROM_LOGGER, s->sender, s->inc,
                                  0, id, (size_t)plen + (lab ? 8 : 0));
-    if (!o)
+    if (!o) {
+        s->refused = 1;
         return 0;
+    }
     if (lab) {
         rp_st64(o, label);
         o += 8;
@@ -228,9 +235,24 @@ static size_t serve_queued(serve_t *s, const rp_ival_t *iv, size_t niv, rp_iset_
     return sent;
 }
 
+/* rp_node_serve with the ids still to examine for an unvalidated dest in
+ * *budget (NULL: dest is validated, max_scan per section). */
+static size_t serve_ids(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
+                        uint64_t dest, int from_logger, rp_iset_t *gc_out, rp_iset_t *left_out,
+                        int64_t now, uint64_t *budget);
+
 size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
                      uint64_t dest, int from_logger, rp_iset_t *gc_out, rp_iset_t *left_out,
                      int64_t now) {
+    uint64_t budget = RP_SERVE_UNVALIDATED_SCAN;
+    int valid = !n->out.ac || rp_ac_validated(n->out.ac, dest);
+    return serve_ids(n, sender, inc, iv, niv, dest, from_logger, gc_out, left_out, now,
+                     valid ? NULL : &budget);
+}
+
+static size_t serve_ids(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_t *iv, size_t niv,
+                        uint64_t dest, int from_logger, rp_iset_t *gc_out, rp_iset_t *left_out,
+                        int64_t now, uint64_t *budget) {
     serve_t s = {.n = n, .sender = sender, .inc = inc, .dest = dest, .from_logger = from_logger,
                  .gc_out = gc_out, .now = now};
     if (sender == n->id && inc == n->inc) {
@@ -244,13 +266,15 @@ size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_
         }
         s.p = n->peers[s.slot];
     }
-    if (n->cu && n->log)
+    /* catch-up queues are for members: an address that has not proven it
+     * receives there gets what its credit allows, at once, and no queue */
+    if (n->cu && n->log && !budget)
         return serve_queued(&s, iv, niv, left_out);
     rp_tb_refill(&n->repair_rate, now);
-    uint64_t scan = n->max_scan;    /* ids still to examine */
+    uint64_t scan = budget ? *budget : n->max_scan;    /* ids still to examine */
     for (size_t k = 0; k < niv; k++) {
         for (uint64_t id = iv[k].lo; id <= iv[k].hi; id++) {
-            if (!scan) {
+            if (!scan || s.refused) {
                 if (left_out)
                     rp_iset_add(left_out, id, iv[k].hi);
                 break;
@@ -262,6 +286,8 @@ size_t rp_node_serve(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_ival_
                 break;              /* hi may be UINT64_MAX */
         }
     }
+    if (budget)
+        *budget = scan;
     if (s.npurged)
         emit_purged(&s);
     n->c[RP_C_SERVED] += s.served;
@@ -361,6 +387,13 @@ static void send_gcnote(rp_node_t *n, uint64_t dest, uint32_t sender, uint32_t i
     }
 }
 
+/* Messages the outbox refused so far (full, or beyond an unvalidated
+ * address's credit): once one is refused, the rest of a request is not
+ * looked at -- a flood costs no scanning. */
+static uint64_t refusals(const rp_outbox_t *o) {
+    return o->drop_full_msgs + (o->ac ? o->ac->st.capped_msgs : 0);
+}
+
 /* What serving one body needs besides its result. */
 typedef struct {
     rp_node_t *n;
@@ -368,6 +401,8 @@ typedef struct {
     unsigned peers, own;
     int64_t now;
     rp_iset_t gc, left;
+    int valid;                 /* dest is validated (addrcheck.h) */
+    uint64_t scan;             /* else: ids it may still have examined */
     uint8_t *scratch;          /* a GcNOTE digest */
     size_t budget;             /* its size: what one GcNOTE message can carry */
 } body_t;
@@ -410,9 +445,9 @@ static int serve_section(body_t *b, const uint8_t *d, size_t l, rp_served_t *out
     unsigned how = how_for(b, sec->sender, sec->inc);
     rp_iset_clear(&b->gc);
     rp_iset_clear(&b->left);
-    sec->served = rp_node_serve(b->n, sec->sender, sec->inc, out->iv + sec->asked, niv, b->dest,
-                                how & RP_SERVE_FROM_LOGGER, how & RP_SERVE_GCNOTE ? &b->gc : NULL,
-                                &b->left, b->now);
+    sec->served = serve_ids(b->n, sec->sender, sec->inc, out->iv + sec->asked, niv, b->dest,
+                            how & RP_SERVE_FROM_LOGGER, how & RP_SERVE_GCNOTE ? &b->gc : NULL,
+                            &b->left, b->now, b->valid ? NULL : &b->scan);
     int64_t k;
     if ((k = append_set(out, &b->gc, &sec->gc)) < 0)
         return RP_ENOMEM;
@@ -431,7 +466,9 @@ int rp_node_serve_missing(rp_node_t *n, const uint8_t *body, size_t len, uint64_
     out->nsec = out->niv = 0;
     if (check_framing(body, len) < 0)
         return RP_EINVAL;
-    body_t b = {.n = n, .dest = dest, .peers = peers, .own = own, .now = now};
+    body_t b = {.n = n, .dest = dest, .peers = peers, .own = own, .now = now,
+                .valid = !n->out.ac || rp_ac_validated(n->out.ac, dest),
+                .scan = RP_SERVE_UNVALIDATED_SCAN};
     int64_t budget = (int64_t)rp_out_max_body(&n->out) - RP_SEC_HDR - 8;
     b.budget = budget > 0 ? (size_t)budget : 0;
     if (rp_iset_init(&b.gc, 8, 0) || rp_iset_init(&b.left, 8, 0)) {
@@ -443,8 +480,10 @@ int rp_node_serve_missing(rp_node_t *n, const uint8_t *body, size_t len, uint64_
     const uint8_t *d;
     uint16_t l;
     int rc = RP_OK;
+    uint64_t refused0 = refusals(&n->out);
     rp_secit_init(&it, body, len);
-    while (rc == RP_OK && rp_secit_next(&it, &kind, &fl, &d, &l) == 1)
+    while (rc == RP_OK && out->nsec < RP_SERVE_MAX_SECTIONS && refusals(&n->out) == refused0 &&
+           rp_secit_next(&it, &kind, &fl, &d, &l) == 1)
         if (kind == RP_SEC_MISSING)
             rc = serve_section(&b, d, l, out);
     /* The GcNOTEs not sent at once go after every section was served. */

@@ -5,7 +5,9 @@
  * a PURGED pair when FIFO-SRB purged it as obsolete, and, when asked to, a
  * GcNOTE ("collected here, ask a logger") when it was received here but is
  * held no more.  The repair rate limit (a token per REPAIR, §7.1) and
- * max_scan (ids examined per stream) bound the work one request causes.
+ * max_scan (ids examined per stream) and RP_SERVE_MAX_SECTIONS bound the work
+ * one request causes; a message the outbox refuses (outbox.h: full, or an
+ * address that has not proven it receives there) ends the request.
  *
  * Requests travel as MISSING sections (GOSSIP, RTX).  rp_node_serve_missing
  * serves a whole body of them in one call -- walking the sections, decoding
@@ -38,6 +40,15 @@ enum {
     RP_SERVE_GCNOTE_AT_ONCE = 4,  /* send that GcNOTE before serving the next section (as
                                      RTX answers), not after the last section (as GOSSIP) */
 };
+
+/* Sections served per request (a body); the rest are not looked at.  With
+ * max_scan ids per section this bounds the work of one request. */
+#define RP_SERVE_MAX_SECTIONS 64
+
+/* Ids examined for one whole request from an address that has not proven
+ * it receives there (addrcheck.h): its credit pays for a few REPAIRs at
+ * most, so a flood of such requests costs no scanning (nor log reads). */
+#define RP_SERVE_UNVALIDATED_SCAN 256
 
 /* Decoded digests of more intervals than this are skipped, not served. */
 #define RP_SERVE_MAX_IVALS (1u << 20)

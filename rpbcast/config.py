@@ -99,6 +99,13 @@ class Config:
     max_scan: int = 65536                 # ids examined per requested section
     max_streams: int = 4096               # streams (sender incarnations) a node keeps state for;
                                           # data of further ones is dropped, counted streams_refused
+    amplify_factor: float = 3.0           # replies to an address that has not proven it receives there
+                                          # (not a member, no cookie echoed): at most this many times the
+                                          # bytes it sent (docs/security.md, Amplification; 0 = no cap)
+    unvalidated_rate: float = 2000.0      # control messages/s taken from addresses not validated, all
+                                          # together; beyond, dropped unread (a flood; 0 = no limit)
+    reply_outbox_bytes: int = 8 << 20     # replies are dropped (counted) while the outbox holds this
+                                          # many bytes; the own stream never is (0 = no cap)
     ping_interval: float = 1.0            # RTT probes for biased selection
 
     # senders
@@ -289,6 +296,15 @@ class Config:
              f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
         need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
         need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
+        need(isinstance(self.amplify_factor, (int, float)) and not isinstance(self.amplify_factor, bool)
+             and (self.amplify_factor == 0 or 1 <= self.amplify_factor <= 100),
+             f"amplify_factor must be 0 (off) or in 1..100, got {self.amplify_factor!r}")
+        need(isinstance(self.unvalidated_rate, (int, float)) and not isinstance(self.unvalidated_rate, bool)
+             and self.unvalidated_rate >= 0,
+             f"unvalidated_rate must be >= 0 messages/s (0 = no limit), got {self.unvalidated_rate!r}")
+        need(isinstance(self.reply_outbox_bytes, int) and not isinstance(self.reply_outbox_bytes, bool)
+             and (self.reply_outbox_bytes == 0 or self.reply_outbox_bytes >= 1 << 16),
+             f"reply_outbox_bytes must be 0 (no cap) or at least 65536, got {self.reply_outbox_bytes!r}")
         need(isinstance(self.catchup_rate, (int, float)) and self.catchup_rate >= 0,
              f"catchup_rate must be >= 0 msgs/s (0 = unpaced), got {self.catchup_rate!r}")
         need(self.log_min_keep >= 0, "log_min_keep must be >= 0 seconds")
@@ -383,8 +399,8 @@ class Config:
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
                "send_window", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
-               "max_message_size", "reassembly_bytes")
-_NUMBER_FIELDS = ("repair_rate", "repair_burst", "drop_rate", "log_min_keep")
+               "max_message_size", "reassembly_bytes", "reply_outbox_bytes")
+_NUMBER_FIELDS = ("repair_rate", "repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 
 
 def _member_spec(m) -> MemberSpec:

@@ -318,6 +318,21 @@ cdef extern from "wire.h" nogil:
     size_t rp_dgb_finish(rp_dgb_t *b)
 
 
+cdef extern from "addrcheck.h" nogil:
+    int64_t RP_AC_WINDOW_NS
+    ctypedef struct rp_acstats_t:
+        uint64_t requests, capped_msgs, capped_bytes, cookies_sent, cookies_echoed, cookies_bad
+        uint64_t not_admitted
+    ctypedef struct rp_addrcheck_t:
+        double factor
+        size_t nmembers
+        rp_acstats_t st
+    void rp_ac_set_admit(rp_addrcheck_t *ac, double rate, double burst)
+    int rp_ac_set_members(rp_addrcheck_t *ac, const uint64_t *addrs, size_t n)
+    int rp_ac_validated(rp_addrcheck_t *ac, uint64_t addr)
+    uint64_t rp_ac_cookie(const rp_addrcheck_t *ac, uint64_t addr, uint64_t w)
+
+
 cdef extern from "outbox.h" nogil:
     uint64_t RP_DEST_MCAST
     ctypedef struct rp_outd_t:
@@ -331,6 +346,12 @@ cdef extern from "outbox.h" nogil:
         size_t n, dcap
         uint32_t mtu
         uint64_t n_dgrams, n_bytes
+        size_t reply_cap
+        rp_addrcheck_t *ac
+        uint64_t drop_full_msgs, drop_full_bytes
+    int rp_out_set_addrcheck(rp_outbox_t *o, double factor)
+    int rp_out_heard(rp_outbox_t *o, uint64_t src, uint8_t type, uint64_t seq, const uint8_t *body,
+                     size_t len, int64_t now)
     uint8_t *rp_out_msg(rp_outbox_t *o, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender,
                         uint32_t inc, uint32_t aux, uint64_t seq, size_t body_len)
     size_t rp_out_room(const rp_outbox_t *o, uint64_t dest)

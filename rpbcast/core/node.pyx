@@ -231,6 +231,48 @@ cdef class Node:
         if not v:
             rp_node_logger_ack(&self.n, self.n.next_seq)
 
+    # ---- bounded replies (outbox.h, addrcheck.h) -------------------------
+
+    def enable_addrcheck(self, double factor=3.0, double admit_rate=0, double admit_burst=0):
+        """Cap replies to addresses that have not proven they receive at
+        ``factor`` x the bytes received from them (0: off); admit at most
+        ``admit_rate`` control messages a second from all of them together
+        (0: all)."""
+        if rp_out_set_addrcheck(&self.n.out, factor):
+            raise MemoryError()
+        if self.n.out.ac != NULL:
+            rp_ac_set_admit(self.n.out.ac, admit_rate, admit_burst if admit_burst else admit_rate)
+
+    def set_trusted_addrs(self, addrs):
+        """Members' addresses: replies to them are never capped."""
+        a = np.ascontiguousarray(np.asarray(sorted(set(int(x) for x in addrs)), dtype=np.uint64))
+        cdef const uint64_t[::1] v = a
+        cdef uint64_t z = 0
+        if self.n.out.ac == NULL:
+            return
+        if rp_ac_set_members(self.n.out.ac, &v[0] if v.shape[0] else &z, v.shape[0]):
+            raise MemoryError()
+
+    def addr_validated(self, uint64_t addr):
+        """Would replies to addr go uncapped?  (True with validation off.)"""
+        return self.n.out.ac == NULL or rp_ac_validated(self.n.out.ac, addr) != 0
+
+    def addr_cookie(self, uint64_t addr, int64_t now):
+        """(cookie, window) a PING to addr would carry now (for tests)."""
+        if self.n.out.ac == NULL:
+            return None
+        cdef uint64_t w = <uint64_t>(now // RP_AC_WINDOW_NS) if now > 0 else 0
+        return rp_ac_cookie(self.n.out.ac, addr, w), w
+
+    @property
+    def reply_cap(self):
+        return self.n.out.reply_cap
+
+    @reply_cap.setter
+    def reply_cap(self, size_t v):
+        """Replies are dropped while the outbox holds this many bytes (0: no cap)."""
+        self.n.out.reply_cap = v
+
     def set_rate_limit(self, double rate, double burst=0):
         rp_node_set_rate_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10))
 
@@ -369,15 +411,21 @@ cdef class Node:
     def nctl(self):
         return self.n.nctl
 
-    def take_control(self):
+    def take_control(self, now=None):
         """The queued control messages as tuples
         (type, flags, sender, inc, aux, seq, body, source, source_inc, src_addr);
-        the queue is cleared.  Call before the next rx."""
+        the queue is cleared.  Call before the next rx.  With address
+        validation on (enable_addrcheck) and ``now`` given, every message
+        first credits its source address, and a PONG may validate it."""
         cdef size_t i
         cdef rp_ctl_t *c
+        cdef int64_t t = now if now is not None else 0
+        cdef bint check = self.n.out.ac != NULL and now is not None
         out = []
         for i in range(self.n.nctl):
             c = &self.n.ctl[i]
+            if check and not rp_out_heard(&self.n.out, c.src_addr, c.type, c.seq, c.body, c.len, t):
+                continue            # not admitted (flood from unvalidated addresses)
             out.append((c.type, c.flags, c.sender, c.inc, c.aux, c.seq,
                         c.body[:c.len] if c.len else b"", c.source, c.source_inc, c.src_addr))
         rp_node_ctl_clear(&self.n)
@@ -824,13 +872,19 @@ cdef class Node:
 
     def emit(self, uint64_t dest, uint8_t type, uint8_t flags, uint32_t sender, uint32_t inc,
              uint32_t aux, uint64_t seq, const uint8_t[::1] body not None):
-        """Queue one control message (built by the control plane)."""
+        """Queue one control message (built by the control plane).  Returns
+        False if the outbox dropped it (counted: unicast to an address that
+        has not proven it receives there, beyond its credit, or the outbox
+        at reply_cap); raises ValueError if the body cannot fit the MTU."""
         cdef size_t n = body.shape[0]
+        if n > rp_out_max_body(&self.n.out):
+            raise ValueError(f"a {n}-byte body does not fit the MTU ({self.n.out.mtu})")
         cdef uint8_t *p = rp_node_out_msg(&self.n, dest, type, flags, sender, inc, aux, seq, n)
         if p == NULL:
-            raise ValueError(f"a {n}-byte body does not fit the MTU ({self.n.out.mtu})")
+            return False
         if n:
             memcpy(p, &body[0], n)
+        return True
 
     def room(self, uint64_t dest):
         return rp_out_room(&self.n.out, dest)
@@ -860,6 +914,17 @@ cdef class Node:
         d["store_evicted"] = self.n.store.n_evicted
         d["out_dgrams"] = self.n.out.n_dgrams
         d["out_bytes"] = self.n.out.n_bytes
+        # replies dropped rather than sent (outbox.h, addrcheck.h)
+        d["reply_dropped_full"] = self.n.out.drop_full_msgs
+        d["reply_dropped_full_bytes"] = self.n.out.drop_full_bytes
+        if self.n.out.ac != NULL:
+            d["reply_capped_unvalidated"] = self.n.out.ac.st.capped_msgs
+            d["reply_capped_unvalidated_bytes"] = self.n.out.ac.st.capped_bytes
+            d["requests_unvalidated"] = self.n.out.ac.st.requests
+            d["cookies_sent"] = self.n.out.ac.st.cookies_sent
+            d["cookies_echoed"] = self.n.out.ac.st.cookies_echoed
+            d["cookies_bad"] = self.n.out.ac.st.cookies_bad
+            d["requests_not_admitted"] = self.n.out.ac.st.not_admitted
         d["trace_dropped"] = self.n.trace.dropped
         if self.n.log != NULL:
             # what the log's recovery found and what later reads found

@@ -404,7 +404,7 @@ class Engine:
         heard = self.members.heard
         handlers = self._handlers
         authority = self.authority
-        for msg in self.node.take_control():
+        for msg in self.node.take_control(now):
             heard(msg[7], now)
             if authority is not None:
                 why = authority.check(msg)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rpbcast import netaddr
 from rpbcast.core import wire
 from rpbcast.core.digest import DigestError, decode as digest_decode, encode as digest_encode
 from rpbcast.core.node import SERVE_FROM_LOGGER, SERVE_GCNOTE, SERVE_GCNOTE_AT_ONCE
@@ -55,6 +56,38 @@ class Serving:
         self.emit = engine.emit
         self._note_budget = engine.cfg.mtu - wire.DG_HDR - wire.MSG_HDR - 12
         self.malformed = 0          # requests whose MISSING sections did not parse
+        self._bound_replies(engine)
+
+    # ---------------------------------------------------- bounded replies
+    def _bound_replies(self, engine):
+        """Replies bounded (docs/security.md, Amplification): the outbox
+        drops replies beyond cfg.reply_outbox_bytes, and replies to an
+        address that has not proven it receives there are capped at
+        cfg.amplify_factor x what it sent.  A configured member's address
+        is trusted; in a keyed group so is every member table entry (only
+        key holders can change it); anyone else proves its address by
+        echoing a cookie (csrc/addrcheck.h)."""
+        cfg = engine.cfg
+        self.node.reply_cap = cfg.reply_outbox_bytes
+        self._members = engine.members
+        self._members_version = None
+        self._static = {netaddr.addr_of(m.addr) for m in cfg.members}
+        if not cfg.amplify_factor:
+            return
+        self.node.enable_addrcheck(cfg.amplify_factor, cfg.unvalidated_rate)
+        self.trust_members()
+
+    def trust_members(self):
+        """Tell the data plane which addresses are members' (after the
+        member table changed, in a keyed group)."""
+        table = self._members
+        if table.version == self._members_version:
+            return
+        self._members_version = table.version
+        trusted = set(self._static)
+        if self.node.keyed:
+            trusted.update(m.addr for m in table.entries() if isinstance(m.addr, int) and m.addr)
+        self.node.set_trusted_addrs(trusted)
 
     def handlers(self):
         return {T.RTX: self.on_rtx, T.GAPNOTE: self.on_gapnote}
@@ -75,6 +108,7 @@ class Serving:
         log (hooks.serves_from_log) serves from it and never answers with a
         GcNOTE; the extensions' on_request then answer for what could not be
         served (a logger: GAPNOTE)."""
+        self.trust_members()
         from_log = SERVE_FROM_LOGGER if self.hooks.serves_from_log else 0
         if logger_phase:
             how, own = from_log, SERVE_GCNOTE | SERVE_GCNOTE_AT_ONCE
