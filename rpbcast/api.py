@@ -298,14 +298,13 @@ class Node:
         long as it takes."""
         if label == ATOMIC_LABEL and self._atomic is not None:
             raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
-        self._check_message(len(memoryview(payload).cast("B")), label)
         stream = _stream_id(stream)
         if timeout == 0:
-            return self.transport.publish(payload, label, stream)
+            return self._send1(payload, label, stream)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                return self.transport.publish(payload, label, stream)
+                return self._send1(payload, label, stream)
             except BlockingIOError as e:
                 err = e
             if self._closed:
@@ -353,11 +352,10 @@ class Node:
         the send window instead of raising BlockingIOError."""
         if label == ATOMIC_LABEL and self._atomic is not None:
             raise ValueError("label 2**64-2 is reserved for atomic delivery's records")
-        self._check_message(len(memoryview(payload).cast("B")), label)
         stream = _stream_id(stream)
         while True:
             try:
-                return self.transport.publish(payload, label, stream)
+                return self._send1(payload, label, stream)
             except BlockingIOError:
                 pass
             if self._closed:
@@ -389,6 +387,16 @@ class Node:
                 if not futs and waiters.get(fd) is futs:
                     del waiters[fd]
                     loop.remove_reader(fd)
+
+    def _send1(self, payload, label, stream):
+        """One message through the C publish path, which checks its size
+        and label itself; only when it refuses one is the rule it broke
+        spelt out (here, off the path every message takes)."""
+        try:
+            return self.transport.publish(payload, label, stream)
+        except ValueError:
+            self._check_message(len(memoryview(payload).cast("B")), label)
+            raise
 
     def _check_message(self, nbytes: int, label) -> None:
         cap = self.config.message_cap
