@@ -280,33 +280,11 @@ static void after_publish(rp_loop_t *l, int64_t now) {
 
 size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
                        const uint64_t *labels, size_t count) {
-    pthread_mutex_lock(&l->mu);
-    int64_t now = rp_now_ns();
-    uint64_t room = rp_sendwin_room(&l->win, l->node);
-    if (count > room) {
-        count = (size_t)room;
-        rp_sendwin_closed(&l->win);
-    }
-    size_t k = count ? rp_node_publish_batch(l->node, payloads, lens, labels, count, now) : 0;
-    if (k)
-        after_publish(l, now);
-    pthread_mutex_unlock(&l->mu);
-    return k;
+    return rp_loop_publish_batch_ext(l, payloads, lens, labels, count, 0);
 }
 
 int64_t rp_loop_publish1(rp_loop_t *l, const uint8_t *payload, uint32_t len, uint64_t label) {
-    pthread_mutex_lock(&l->mu);
-    if (!rp_sendwin_room(&l->win, l->node)) {
-        rp_sendwin_closed(&l->win);
-        pthread_mutex_unlock(&l->mu);
-        return RP_EWINDOW;
-    }
-    int64_t now = rp_now_ns();
-    int64_t seq = rp_node_publish(l->node, payload, len, label, now);
-    if (seq >= 0)
-        after_publish(l, now);
-    pthread_mutex_unlock(&l->mu);
-    return seq;
+    return rp_loop_publish_ext(l, payload, len, label, 0);
 }
 
 rp_sendwin_t *rp_loop_window(rp_loop_t *l) { return &l->win; }
