@@ -4,7 +4,6 @@ partition and heal, a receiver killed and restarted, a sender stopped for
 1.5 s, a unicast blackout, bursty loss -- with a logger and without, each a
 few seconds, asserting exactly-once.  The long versions are bench/faults.py
 (docs/reliability.md)."""
-import json
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from stressrun import stress, stress_args
 from hypothesis import given, settings, strategies as st
 
 from rpbcast.tools.stress import faults as stress_faults
@@ -34,30 +34,11 @@ FAULTS = {
 }
 
 
-def stress_args(*argv):
-    import argparse
-    from rpbcast.tools.stress import cli as stress_cli
-    p = argparse.ArgumentParser()
-    stress_cli.add_parsers(p.add_subparsers(dest="cmd"))
-    return p.parse_args(["stress", *argv])
-
-
-def stress(*args, tmp_path, timeout=100):
-    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet",
-                        "--run-dir", str(tmp_path / "run"), *args],
-                       capture_output=True, text=True, timeout=timeout)
-    try:
-        summary = json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no summary; exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r.returncode, summary
-
-
 @pytest.mark.netns
 @pytest.mark.parametrize("loggers", [1, 0], ids=["logger", "loggerless"])
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_fault_campaign_exactly_once(fault, loggers, tmp_path):
-    rc, s = stress(*BASE, "--loggers", str(loggers), *FAULTS[fault], tmp_path=tmp_path)
+    rc, s = stress(*BASE, "--loggers", str(loggers), *FAULTS[fault], tmp_path=tmp_path, timeout=100)
     (f,) = s["faults"]
     assert f["applied"] is not None and f["ended"] is not None, f          # it ran, and ended
     assert s["hosts"] and s["transport"] == "multicast" and s["kernel_drops"][0] > 0
@@ -87,7 +68,7 @@ def test_a_loggerless_receiver_killed_for_good_is_declared_failed_and_released(t
     # (flow_timeout of the sender's running time), is told, and the live
     # receiver gets everything.
     rc, s = stress("--hosts", "--loggers", "0", "--rate", "50000", "--duration", "1.5", "--flow-timeout", "1",
-                   "--kill", "receiver:2:0.3:-", "--timeout", "30", tmp_path=tmp_path)
+                   "--kill", "receiver:2:0.3:-", "--timeout", "30", tmp_path=tmp_path, timeout=100)
     assert rc == 0 and s["exactly_once"], s["problems"]
     assert s["dead_receivers"] == [2]
     (rel,) = s["released"]

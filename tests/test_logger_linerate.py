@@ -1,23 +1,10 @@
 """The logger at line rate: what the sender's store holds at the end of a
 stress run once the logger has everything."""
-import json
-import subprocess
-import sys
 
 import pytest
+from stressrun import stress
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def stress(*args, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet",
-                        "--run-dir", str(tmp_path / "run"), *args],
-                       capture_output=True, text=True, timeout=240)
-    try:
-        summary = json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no summary; exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r.returncode, summary
 
 
 @pytest.mark.netns

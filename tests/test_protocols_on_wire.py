@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from stressrun import stress
 
 from rpbcast.api import Node
 from rpbcast.config import Config, ConfigError, MemberSpec
@@ -213,16 +214,6 @@ def test_srm_over_unicast_fan_out_with_in_process_loss_delivers_every_message_on
 
 
 # ---------------------------------------------------------------- rpbcast stress --protocol
-
-def stress(*args, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet",
-                        "--run-dir", str(tmp_path / "run"), *args],
-                       capture_output=True, text=True, timeout=240)
-    try:
-        summary = json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no summary; exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r.returncode, summary
 
 
 @pytest.mark.netns

@@ -1,28 +1,16 @@
 """The main job end to end: separate processes, real sockets, checks."""
-import argparse
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from stressrun import stress, stress_args
 
-from rpbcast.tools import netns
 from rpbcast.tools.stress import cli as stress_cli
 from rpbcast.tools.stress.plan import make_plan, worker_spec
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def stress(*args, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet",
-                        "--run-dir", str(tmp_path / "run"), *args],
-                       capture_output=True, text=True, timeout=240)
-    try:
-        summary = json.loads(r.stdout)
-    except ValueError:
-        raise AssertionError(f"no summary; exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
-    return r.returncode, summary
 
 
 @pytest.mark.netns
@@ -102,12 +90,6 @@ def test_slow_receiver_with_fifo_srb_converges_with_bounded_memory(tmp_path):
     assert s["per_receiver_purged"][slow] > 0.5 * s["sent"]       # ... and skips obsolete values
     backlog = s["sent"] - 3000 * 4                                # what reliable delivery would queue
     assert s["buffer_peaks"][slow]["store_entries"] < 0.6 * backlog, (s["buffer_peaks"][slow], backlog)
-
-
-def stress_args(*argv):
-    p = argparse.ArgumentParser()
-    stress_cli.add_parsers(p.add_subparsers(dest="cmd"))
-    return p.parse_args(["stress", *argv])
 
 
 def test_options_are_checked_before_anything_starts(tmp_path):
