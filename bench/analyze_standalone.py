@@ -2,7 +2,7 @@
 pyspark's own `spark-class` (master and one worker on 127.0.0.1 only).
 
     python bench/analyze_standalone.py RUN_DIR [--runs 4] [--worker-memory 4g]
-        [--baseline /work/main] [--json out.json]
+        [--baseline ../other-checkout] [--json out.json]
 
 Starts the master (its status page on Spark's default port 8080, or the
 next free one up to 8083, where `rpbcast analyze` reads what the cluster
@@ -141,7 +141,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--worker-memory", help="the worker's offer (default: Spark's, all memory but 1 GB)")
     ap.add_argument("--worker-cores", type=int)
-    ap.add_argument("--baseline", help="another checkout to alternate with (e.g. /work/main)")
+    ap.add_argument("--baseline", help="another checkout to alternate with (e.g. ../other-checkout)")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     cl = Cluster(a.worker_memory, a.worker_cores)

@@ -6,7 +6,7 @@
 # LOSS=0.01 drops 1 % of the datagrams in the namespace (iptables).
 # A mode starting with @TREE runs TREE's bench/pingpong.py on TREE's build
 # (A/B against another checkout in the same run):
-#     bench/pingpong_modes.sh "@/work/main" "" "--spin-us 20"
+#     bench/pingpong_modes.sh "@../main" "" "--spin-us 20"
 set -u
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 NS=${NS:-rpb-pingpong}

@@ -3,7 +3,7 @@ queueing): the same stress arguments against each build, alternating
 A B A B ... in one run, each run's sent rate and latency parsed from the
 report; prints every run and the medians, and B/A ratios.
 
-    python3 bench/stress_ab.py --a /work/main --b . --reps 3 -- --loggers 0 --receivers 1
+    python3 bench/stress_ab.py --a ../main --b . --reps 3 -- --loggers 0 --receivers 1
 
 Each side runs with PYTHONPATH set to its checkout.  On the shared VM
 compare figures of one run of this script only."""
