@@ -211,20 +211,35 @@ def namespace(loss: float = 0.0):
 
 # ---- IPv6 ---------------------------------------------------------------
 V6_ADDRS = ("fd77::1", "fd77::2", "fd77::3", "fd77::4")   # unique-local, on lo of the namespace only
+# IPv6 multicast does not loop back over `lo` (the kernel drops it on output,
+# Ip6OutNoRoutes), so IPv6 groups use a veth pair inside the namespace: the
+# sender's copy comes back through IPV6_MULTICAST_LOOP, the other end (in
+# the same namespace, joined to nothing) drops it.  Nothing leaves.
+V6_MCAST_IF = "rpb6m"
+V6_MCAST_PEER = "rpb6p"
 
 
 def enable_ipv6(name: str, addrs=V6_ADDRS):
-    """IPv6 on the namespace's loopback: ::1, the unique-local addresses
-    `addrs` (several unicast sources on one host), and a multicast route
-    for ff00::/8 on lo (the local table's, so ff02::/ff05:: groups loop back)."""
-    _run("ip", "netns", "exec", name, "sysctl", "-q", "-w", "net.ipv6.conf.lo.disable_ipv6=0")
-    _run("ip", "netns", "exec", name, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=0")
+    """IPv6 in the namespace: on lo ::1 and the unique-local unicast
+    addresses `addrs` (several sources on one host); a veth pair
+    V6_MCAST_IF/V6_MCAST_PEER, both ends here, with fd78::1/64, carrying the
+    ff00::/8 multicast route.  Returns the multicast interface's name."""
+    ns_exec = ["ip", "netns", "exec", name, "sysctl", "-q", "-w"]
+    _run(*ns_exec, "net.ipv6.conf.all.disable_ipv6=0")
+    _run(*ns_exec, "net.ipv6.conf.default.disable_ipv6=0")
+    _run(*ns_exec, "net.ipv6.conf.lo.disable_ipv6=0")
     for a in addrs:
         _run("ip", "-n", name, "-6", "addr", "add", f"{a}/128", "dev", "lo", "nodad")
-    r = _run("ip", "-n", name, "-6", "route", "add", "multicast", "ff00::/8", "dev", "lo", "table", "local",
+    _run("ip", "-n", name, "link", "add", V6_MCAST_IF, "type", "veth", "peer", "name", V6_MCAST_PEER)
+    for dev in (V6_MCAST_IF, V6_MCAST_PEER):
+        _run(*ns_exec, f"net.ipv6.conf.{dev}.disable_ipv6=0")
+        _run("ip", "-n", name, "link", "set", dev, "multicast", "on", "up")
+    _run("ip", "-n", name, "-6", "addr", "add", "fd78::1/64", "dev", V6_MCAST_IF, "nodad")
+    r = _run("ip", "-n", name, "-6", "route", "add", "multicast", "ff00::/8", "dev", V6_MCAST_IF, "table", "local",
              check=False)
     if r.returncode and "File exists" not in r.stderr:
-        _run("ip", "-n", name, "-6", "route", "add", "ff00::/8", "dev", "lo", "table", "local")
+        raise NetnsError(f"ip -6 route add multicast ff00::/8 dev {V6_MCAST_IF}: {r.stderr.strip()}")
+    return V6_MCAST_IF
 
 
 def ip6tables_bin():
