@@ -26,7 +26,7 @@ from hypothesis import given, settings, strategies as st
 from rpbcast import Config, ConfigError, MemberSpec, netaddr
 from rpbcast.core import wire
 from rpbcast.core.wire import MsgType as T, Reason as R
-from rpbcast.protocol.membership import MEMBER, addr_to_entry, entry_addr
+from rpbcast.protocol import membership
 from rpbcast.tools import netns
 
 pytestmark = pytest.mark.timeout(120)
@@ -181,30 +181,34 @@ def test_an_old_ipv4_entry_decodes_as_before():
     assert wire.check(wire.datagram([(int(T.JOIN), 0, 7, 3, 0, 10, old)])) == R.OK
 
 
+V6_ENTRY = struct.pack("<IIBBHIIIQQ", 7, 3, 1, 0, 1, 0, 5, 6, 10, 99) + bytes(range(16))
+
+
 @pytest.mark.parametrize("body", [
-    wire.member_entry(_member(bytes(16)))[:40],                              # v6 family, address missing
-    wire.member_entry(_member(bytes(16))) + bytes(8),                        # ragged tail
+    V6_ENTRY[:40],                                                           # v6 family, address missing
+    V6_ENTRY + bytes(8),                                                     # ragged tail
     struct.pack("<IIBBHIIIQQ", 7, 3, 1, 0, 1, 1, 5, 4, 10, 99),              # unknown family byte
     struct.pack("<IIBBHIIIQQ", 7, 3, 1, 0, 1, 1, 5, 6 | 0x100, 10, 99) + bytes(16),  # reserved bytes set
 ])
 def test_malformed_member_entries_are_rejected(body):
     assert wire.check(members_dg(body)) == R.BODY
+    assert wire.check(members_dg(V6_ENTRY)) == R.OK
 
 
 def test_member_addresses_survive_encode_and_decode():
     a6 = netaddr.addr_of("[fd77::9]:7009")
-    ip, port, ip6 = addr_to_entry(a6)
+    ip, port, ip6 = membership.addr_to_entry(a6)
     m = _member(ip6, port=port)
     (e,) = wire.read_members(wire.member_entry(m))
-    assert entry_addr(e) == a6
+    assert membership.entry_addr(e) == a6
     a4 = netaddr.addr_of("10.0.0.1:7")
-    ip, port, ip6 = addr_to_entry(a4)
+    ip, port, ip6 = membership.addr_to_entry(a4)
     (e,) = wire.read_members(wire.member_entry(_member(ip6, ipv4=ip, port=port)))
-    assert entry_addr(e) == a4
+    assert membership.entry_addr(e) == a4
     # a link-local entry takes the receiver's own scope
     ll = netaddr.addr_of("[fe80::5%lo]:7005")
-    (e,) = wire.read_members(wire.member_entry(_member(addr_to_entry(ll)[2], port=7005)))
-    assert entry_addr(e, LO) == ll
+    (e,) = wire.read_members(wire.member_entry(_member(membership.addr_to_entry(ll)[2], port=7005)))
+    assert membership.entry_addr(e, LO) == ll
 
 
 # ---------------------------------------------------------------- the handle table
@@ -405,7 +409,7 @@ def test_join_and_members_exchange_carry_ipv6_addresses(tmp_path):
             end = time.time() + 15
             tables = {}
             while time.time() < end:
-                tables = {i: {nid: addr for nid, addr, status, _ in n.members() if status == MEMBER}
+                tables = {i: {nid: addr for nid, addr, status, _ in n.members() if status == membership.MEMBER}
                           for i, n in nodes.items()}
                 if all(t == want for t in tables.values()):
                     break
