@@ -369,6 +369,24 @@ def test_gso_and_gro_work_the_same_on_ipv6_sockets():
 
 
 @needs_ns
+def test_unicast_fan_out_over_ipv6_with_kernel_loss(tmp_path):
+    """transport = 'unicast': every datagram to each member's IPv6 address,
+    no multicast at all; 2 % loss; exactly once."""
+    with netns.namespace6(loss=0.02) as ns, netns.entered(ns):
+        nodes = v6_group([1, 2, 3], "[ff05::7:7]:7407", transport="unicast", interface="")
+        try:
+            publish_n(nodes[1], 2000)
+            for i in (2, 3):
+                got = collect(nodes[i], 2000)
+                assert set(got) == {(1, k) for k in range(2000)}, f"node {i} misses {2000 - len(got)}"
+                assert max(got.values()) == 1
+                assert nodes[i].stats()["sock"]["tx_unresolved"] == 0
+            assert netns.loss_counters6(ns)[0] > 0
+        finally:
+            close_all(nodes)
+
+
+@needs_ns
 def test_repairs_travel_as_ipv6_unicast(tmp_path):
     """Multicast to the group is cut (15 % of it) while unicast is not: every
     hole is filled by RTX/REPAIR between the members' IPv6 unicast addresses."""
