@@ -4,8 +4,9 @@ namespace it creates).
     sudo python bench/ipv6_ab.py [--reps 5] [--count 200000] [--sizes 64,1024] [--json out.json]
 
 One sender and one receiver, publishing in batches as fast as flow control
-lets it; the receiver's msgs/s from its first delivery to its last, every
-message delivered exactly once or the rep does not count.  The two families
+lets it; msgs/s from the sender's first publish to the receiver's last
+delivery, every message delivered exactly once or the rep does not count
+(counted as failed, with what was missing or duplicated).  The two families
 alternate rep by rep (v4, v6, then v6, v4, ...) in one namespace, on the same
 devices, so the address family is the only difference:
 
@@ -79,15 +80,13 @@ def one(mode, family, size, count, rep, run):
                 if not b.count:
                     nodes[2].transport.wait(0.05)
                     continue
-                now = time.perf_counter()
-                if not times:
-                    times.append(now)
                 s = b.seqs[:b.count]
                 np.add.at(seen, s[s < count].astype(np.int64), 1)
             times.append(time.perf_counter())
 
         t = threading.Thread(target=receive)
         t.start()
+        times.append(time.perf_counter())
         sent = 0
         while sent < count:
             k = nodes[1].publish_batch(payload, lens[:min(4096, count - sent)])

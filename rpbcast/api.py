@@ -196,7 +196,7 @@ class Node:
         eps.pop("ifname")
         members = [MemberSpec(m.node_id, netaddr.addr_of(m.addr), m.role, m.rank) for m in cfg.members]
         inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
-        ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
+        ecfg = cfg.replace(members=members, incarnation=inc, addr=0, mtu=netaddr.datagram_mtu(cfg))
         self.config = cfg
         # mac_counter0, the wall clock: a keyed group's MAC nonce counter starts
         # beyond every counter an earlier run used (csrc/auth.h)

@@ -304,6 +304,19 @@ def multicast_route6(ifname: str, group: bytes) -> bool:
     return False
 
 
+DEFAULT_MTU = 1472          # Config.mtu's default: a 1500-byte link less IPv4 (20) and UDP (8) headers
+
+
+def datagram_mtu(cfg) -> int:
+    """The largest datagram a node sends: Config.mtu, except that an IPv6
+    group with the default takes 20 bytes off for its longer header (1452),
+    so a datagram still fits a 1500-byte link unfragmented (an IPv6 router
+    never fragments, and UDP GSO refuses segments over the path MTU)."""
+    if cfg.mtu == DEFAULT_MTU and parse_endpoint(cfg.group_addr, "group_addr").family == 6:
+        return DEFAULT_MTU - 20
+    return cfg.mtu
+
+
 def transport_endpoints(cfg) -> dict:
     """The UDP transport's socket arguments for a validated Config (either
     family), plus the interface name: what api.Node hands the driver."""

@@ -132,6 +132,12 @@ def test_good_ipv6_configurations_validate():
     v6cfg(transport="unicast", interface="", group_addr="[ff05::1:77]:7400").validate()
 
 
+def test_an_ipv6_node_sends_datagrams_that_fit_a_1500_byte_link():
+    assert netaddr.datagram_mtu(v6cfg()) == 1452             # 1500 - 40 (IPv6) - 8 (UDP)
+    assert netaddr.datagram_mtu(v6cfg(mtu=9000)) == 9000     # set explicitly: as it is
+    assert netaddr.datagram_mtu(Config(node_id=1)) == 1472   # IPv4: unchanged
+
+
 # ---------------------------------------------------------------- the wire
 
 def _member(draw_ip6, **kw):
@@ -305,6 +311,7 @@ def test_ipv6_multicast_with_kernel_loss_delivers_everything_exactly_once(tmp_pa
         nodes = v6_group([1, 2, 3, 4], group, loggers=[4], tmp_path=tmp_path)
         try:
             assert all(netaddr.is_v6(n.transport.addr) for n in nodes.values())
+            assert nodes[1].engine.cfg.mtu == 1452
             assert nodes[2].addr == "[fd77::2]:7102"
             publish_n(nodes[1], 3000)
             for i in (2, 3):
