@@ -257,6 +257,63 @@ def test_the_handle_table_stays_bounded_under_a_flood_of_sources():
     assert out["refused"] == 0 and out["refused_count"] == 1      # all pinned: refused, counted
 
 
+FLOOD_SCRIPT = textwrap.dedent("""
+    import json, socket, sys, time
+    from rpbcast.drivers import udp
+    from rpbcast import Config, MemberSpec, netaddr
+    from rpbcast.api import Node
+    from rpbcast.tools import netns
+    udp.addr6_reset(64)
+    specs = [MemberSpec(i, f"[fd77::{i}]:{7600 + i}") for i in (1, 2)]
+    nodes = {i: Node(Config(node_id=i, bind=f"[fd77::{i}]:{7600 + i}", group_addr="[ff02::7:8]:7600",
+                            interface=netns.V6_MCAST_IF, members=specs, gossip_interval=0.02)) for i in (1, 2)}
+    def take(n, want):
+        got, end = {}, time.time() + 10
+        while len(got) < want and time.time() < end:
+            m = n.receive(timeout=0.1)
+            if m is not None:
+                got[m.seq] = got.get(m.seq, 0) + 1
+        return got
+    for k in range(100):
+        nodes[1].publish(b"m%d" % k)
+    first = take(nodes[2], 100)
+    # 3,000 sources (fd77::3, one port each) send it a datagram each
+    for k in range(3000):
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.bind(("fd77::3", 0))
+        s.sendto(b"RP" + bytes(40), ("fd77::2", 7602))
+        s.close()
+    time.sleep(0.5)
+    for k in range(100, 200):
+        nodes[1].publish(b"m%d" % k)
+    second = take(nodes[2], 100)
+    st = nodes[2].stats()
+    out = dict(table=udp.addr6_stats(), first=first, second=second, sock=st["sock"],
+               rejected=sum(st["rx_reasons"].values()))
+    for n in nodes.values():
+        n.close()
+    print(json.dumps(out))
+""")
+
+
+@needs_ns
+def test_a_flood_of_ipv6_sources_on_real_sockets_leaves_the_table_bounded_and_the_group_working():
+    with netns.namespace6() as ns:
+        r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", FLOOD_SCRIPT], capture_output=True,
+                           text=True, timeout=90, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    t = out["table"]
+    assert t["cap"] == 64 and t["entries"] <= 64
+    assert t["evicted"] >= 3000 - 64 - 8       # every new source got a handle, by evicting an old one
+    assert t["refused"] == 0 and out["sock"]["rx_unnamed"] == 0
+    assert out["rejected"] >= 2900             # the garbage was read, named and rejected (counted)
+    # the configured members were never evicted: the group goes on, exactly once
+    assert sorted(map(int, out["first"])) == list(range(100)) and set(out["first"].values()) == {1}
+    assert sorted(map(int, out["second"])) == list(range(100, 200)) and set(out["second"].values()) == {1}
+    assert out["sock"]["tx_unresolved"] == 0
+
+
 # ---------------------------------------------------------------- real sockets (namespace)
 
 def v6_group(ids, group, loggers=(), tmp_path=None, **kw):
