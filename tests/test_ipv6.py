@@ -322,8 +322,8 @@ def v6_group(ids, group, loggers=(), tmp_path=None, **kw):
     specs = [MemberSpec(i, f"[fd77::{i}]:{7100 + i}", "logger" if i in loggers else "member") for i in ids]
     nodes = {}
     for i in ids:
-        c = dict(node_id=i, bind=f"[fd77::{i}]:{7100 + i}", group_addr=group, interface=netns.V6_MCAST_IF, members=specs,
-                 gossip_interval=0.02, store_bytes=64 << 20, store_entries=1 << 18)
+        c = dict(node_id=i, bind=f"[fd77::{i}]:{7100 + i}", group_addr=group, interface=netns.V6_MCAST_IF,
+                 members=specs, gossip_interval=0.02, store_bytes=64 << 20, store_entries=1 << 18)
         c.update(kw)
         if i in loggers:
             c.update(role="logger", log_dir=str(tmp_path / f"log{i}"))
