@@ -148,9 +148,9 @@ int rp_sock_open6(rp_sock_t *s, const rp_sockopt_t *o, const uint8_t *group6, co
     st = "IPV6_MULTICAST_IF";
     if (ifindex && setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, &ifindex, sizeof(ifindex)) < 0)
         goto fail;
-    /* hop limit 0 would drop our own packets after the loopback copy:
-     * 1 keeps the group on the link, as TTL 0/1 does for IPv4 */
-    int hops = o->ttl > 0 ? o->ttl : 1, loop = o->loop;
+    /* as IPv4's TTL: 0 this host only (the looped-back copy is delivered,
+     * the outgoing one discarded), 1 the link */
+    int hops = o->ttl, loop = o->loop;
     st = "IPV6_MULTICAST_HOPS";
     if (setsockopt(fd, IPPROTO_IPV6, IPV6_MULTICAST_HOPS, &hops, sizeof(hops)) < 0)
         goto fail;

@@ -433,6 +433,25 @@ def test_gso_and_gro_work_the_same_on_ipv6_sockets():
 
 
 @needs_ns
+def test_ttl_0_keeps_an_ipv6_group_on_this_host():
+    """ttl = 0 is hop limit 0: the host's own copies are delivered, nothing
+    goes out on the link (the kernel counts them as output discards)."""
+    with netns.namespace6() as ns, netns.entered(ns):
+        def out_discards():
+            with open("/proc/net/snmp6") as f:
+                return next(int(line.split()[1]) for line in f if line.startswith("Ip6OutDiscards"))
+        before = out_discards()
+        nodes = v6_group([1, 2], "[ff02::7:a]:7408", ttl=0)
+        try:
+            publish_n(nodes[1], 200)
+            got = collect(nodes[2], 200)
+            assert set(got) == {(1, k) for k in range(200)} and max(got.values()) == 1
+            assert out_discards() > before
+        finally:
+            close_all(nodes)
+
+
+@needs_ns
 def test_unicast_fan_out_over_ipv6_with_kernel_loss(tmp_path):
     """transport = 'unicast': every datagram to each member's IPv6 address,
     no multicast at all; 2 % loss; exactly once."""
