@@ -4,8 +4,8 @@
  * engine) sees an address as one uint64: for IPv4 the address itself
  * (ip << 16 | port, bits 0..47).  An IPv6 endpoint (16-byte address, port,
  * scope id) does not fit, so a per-process table gives each one a handle:
- * RP_ADDR6_TAG (bit 62, never set in an IPv4 handle nor in RP_DEST_MCAST's
- * use) | generation << 20 | slot.  udpio converts sockaddr_in6 <-> handle on
+ * RP_ADDR6_TAG (bit 62, never set in an IPv4 address; RP_DEST_MCAST, all
+ * ones, is told apart by RP_ADDR_IS6) | generation << 20 | slot.  udpio converts sockaddr_in6 <-> handle on
  * receive and send; nothing else needs to know the family.
  *
  * The table is bounded (RP_ADDR6_DEFAULT_CAP entries): a flood of spoofed
