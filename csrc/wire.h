@@ -164,8 +164,10 @@ enum {
 
 #define RP_GOSSIP_FIXED    24     /* u64 hb_sig, u64 mem_sig, u64 timestamp */
 #define RP_MEMBER_ENTRY    40     /* u32 id, u32 inc, u8 status, u8 role, u16 port,
-                                     u32 ipv4, u32 rank, u32 reserved,
+                                     u32 ipv4, u32 rank, u8 family + 3 bytes 0,
                                      u64 freshness, u64 lastseq */
+#define RP_MEMBER_FAMILY_V6 6     /* family byte: 16 bytes of IPv6 address follow */
+#define RP_MEMBER_ENTRY6   56     /* an IPv6 entry: the 40 bytes (ipv4 0), then the address */
 #define RP_HB_ENTRY        16     /* u32 sender, u32 inc, u64 seq */
 
 /* Decoder reason codes: 0 is success, every other value is counted. */

@@ -162,7 +162,8 @@ def _socket_error_to_config(e: SocketError, cfg: Config, where: str):
     if stage == "bind" and err == errno.EADDRNOTAVAIL:
         return ConfigError(f"{where}: that IP address is not on this host; use one of its addresses "
                            f"(e.g. 127.0.0.1)")
-    if stage in ("IP_ADD_MEMBERSHIP", "IP_MULTICAST_IF") and err in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.EINVAL):
+    if stage in ("IP_ADD_MEMBERSHIP", "IP_MULTICAST_IF", "IPV6_JOIN_GROUP", "IPV6_MULTICAST_IF") and \
+            err in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.EINVAL):
         return ConfigError(f"cannot use interface {cfg.interface!r} for multicast ({os.strerror(err)}); "
                            f"interfaces here: {', '.join(netaddr.interfaces())}")
     if err == errno.EACCES:
@@ -187,20 +188,15 @@ class Node:
         streams: the stream ids to deliver (None: every stream; see
         subscribe) -- the others are filtered out in the data plane."""
         cfg = config.validate()
-        gip, gport = netaddr.parse_hostport(cfg.group_addr)
-        bip, bport = netaddr.parse_hostport(cfg.bind)
-        ifname, ifindex, if_ip = (None, 0, 0)
-        if cfg.transport == "multicast":
-            try:
-                ifname, ifindex, if_ip = netaddr.resolve_interface(cfg.interface)
-            except netaddr.AddressError as e:
-                raise ConfigError(str(e)) from None
-            if not netaddr.multicast_route(ifname, gip):
-                raise ConfigError(f"no multicast route for {cfg.group_addr.split(':')[0]} on {ifname}: "
-                                  f"run `ip route add 224.0.0.0/4 dev {ifname}` (or use transport = 'unicast')")
+        try:
+            # the sockets' addresses, either family (netaddr.transport_endpoints)
+            eps = netaddr.transport_endpoints(cfg)
+        except netaddr.AddressError as e:
+            raise ConfigError(str(e)) from None
+        eps.pop("ifname")
         members = [MemberSpec(m.node_id, netaddr.addr_of(m.addr), m.role, m.rank) for m in cfg.members]
         inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
-        ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
+        ecfg = cfg.replace(members=members, incarnation=inc, addr=0, mtu=netaddr.datagram_mtu(cfg))
         self.config = cfg
         # mac_counter0, the wall clock: a keyed group's MAC nonce counter starts
         # beyond every counter an earlier run used (csrc/auth.h)
@@ -222,8 +218,7 @@ class Node:
             self.engine.node.set_conflate(cfg.conflate)
         try:
             self.transport = Transport(
-                self.engine, group_ip=gip, group_port=gport, bind_ip=bip, bind_port=bport,
-                if_ip=if_ip, ifindex=ifindex, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
+                self.engine, **eps, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
                 sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
                 busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
                 drop_rate=cfg.drop_rate, app_receive=cfg.app_receive)

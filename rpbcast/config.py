@@ -17,6 +17,15 @@ class ConfigError(ValueError):
 
 ROLES = ("member", "logger")
 TRANSPORTS = ("multicast", "unicast")
+
+
+def _is_ipv4_text(text: str) -> bool:
+    import ipaddress
+    try:
+        ipaddress.IPv4Address(text)
+        return True
+    except ValueError:
+        return False
 SELECTIONS = ("uniform", "linear", "quadratic")
 DELIVERY = ("unordered", "fifo")
 FLOW_CONTROL = ("loggers", "receivers")
@@ -193,9 +202,12 @@ class Config:
     want: Optional[Callable] = None
 
     # network (the UDP transport; the engine itself never sees these)
+    # IPv6: "[ff02::1234]:7400", "[::1]:0", "[fe80::1%eth0]:0" -- a node is of
+    # one family, the group's: bind and members must be of the same
     group_addr: str = "239.255.77.1:7400"  # multicast group and port
     bind: str = "127.0.0.1:0"             # unicast address (port 0: pick one)
-    interface: str = "lo"                 # multicast interface (name or IPv4 address)
+    interface: str = "lo"                 # multicast interface: name or IPv4 address; IPv6: name or
+                                          # index (an int or digits), always explicit
     transport: str = "multicast"          # or "unicast": fan-out to the member list
     ttl: int = 1                          # multicast TTL: 1 reaches hosts on the interface's link (0: this
                                           # host only; more: across routers that forward the group)
@@ -333,15 +345,29 @@ class Config:
         need(0.0 <= self.drop_rate < 1.0, f"drop_rate must be in [0, 1), got {self.drop_rate}")
         from rpbcast import netaddr
         try:
-            gip, gport = netaddr.parse_hostport(self.group_addr, "group_addr")
-            netaddr.parse_hostport(self.bind, "bind")
-            for m in self.members:
-                if not isinstance(m.addr, int):
-                    netaddr.parse_hostport(m.addr, f"member {m.node_id} addr")
+            g = netaddr.parse_endpoint(self.group_addr, "group_addr")
+            b = netaddr.parse_endpoint(self.bind, "bind")
+            fams = {m.node_id: (netaddr.family_of(m.addr) if isinstance(m.addr, int) else
+                                netaddr.parse_endpoint(m.addr, f"member {m.node_id} addr").family)
+                    for m in self.members if not (isinstance(m.addr, int) and m.addr == 0)}
         except netaddr.AddressError as e:
             raise ConfigError(str(e)) from None
-        need((gip >> 28) == 0xE, f"group_addr must be a multicast address (224.0.0.0/4), got {self.group_addr}")
-        need(gport != 0, "group_addr needs a port")
+        if g.family == 4:
+            need((g.ip >> 28) == 0xE, f"group_addr must be a multicast address (224.0.0.0/4), got {self.group_addr}")
+        else:
+            need(g.ip[0] == 0xFF, f"group_addr must be an IPv6 multicast address (ff00::/8), got {self.group_addr}")
+        need(g.port != 0, "group_addr needs a port")
+        need(b.family == g.family, f"bind {self.bind} is IPv{b.family} but group_addr {self.group_addr} is "
+                                   f"IPv{g.family}: a node uses one family (mixed families)")
+        for nid, fam in fams.items():
+            need(fam == g.family, f"member {nid} addr is IPv{fam} but group_addr is IPv{g.family}: "
+                                  f"a group uses one family (mixed families)")
+        if g.family == 6 and self.transport == "multicast":
+            itf = self.interface
+            need(isinstance(itf, int) and not isinstance(itf, bool) and itf > 0
+                 or isinstance(itf, str) and itf != "" and not _is_ipv4_text(itf),
+                 f"interface: IPv6 multicast needs the interface named explicitly, by name or index, "
+                 f"got {itf!r}")
         if self.role == "logger":
             need(self.log_dir is not None, "a logger needs log_dir: the directory of its on-disk log")
         self._validate_atomic(need)

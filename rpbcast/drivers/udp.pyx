@@ -41,6 +41,54 @@ cdef extern from "udpio.h" nogil:
     int rp_rx_init(rp_rxbatch_t *b, uint32_t cap, int gro)
     void rp_rx_free(rp_rxbatch_t *b)
     int rp_sock_recv(rp_sock_t *s, rp_rxbatch_t *b)
+    # IPv6 (the fields of rp_sockopt_t/rp_sock_t csrc.pxd does not declare)
+    int rp_sock_open6(rp_sock_t *s, const rp_sockopt_t *o, const uint8_t *group6, const char **stage)
+    void rp_sockopt_family(rp_sockopt_t *o, int family, const uint8_t *ip6, uint32_t scope)
+    uint64_t rp_sock_addr(const rp_sock_t *s)
+    int rp_sock_family(const rp_sock_t *s)
+    uint64_t rp_sock_unresolved(const rp_sock_t *s)
+    uint64_t rp_sock_unnamed(const rp_sock_t *s)
+
+cdef extern from "addr6.h" nogil:
+    ctypedef struct rp_addr6_stats_t:
+        uint64_t entries, pinned, cap, inserted, evicted, refused, stale
+    uint64_t rp_addr6_intern(const uint8_t *ip, uint16_t port, uint32_t scope, int pin)
+    int rp_addr6_lookup(uint64_t h, uint8_t *ip, uint16_t *port, uint32_t *scope)
+    void rp_addr6_stats(rp_addr6_stats_t *st)
+    int rp_addr6_reset(uint32_t cap)
+
+
+# ---- IPv6 endpoint handles (csrc/addr6.h) --------------------------------
+# The table lives in this extension (the C core is linked into each one), so
+# rpbcast.netaddr reaches it through these.
+def addr6_intern(bytes ip, uint16_t port, uint32_t scope=0, bint pin=False):
+    """The 64-bit handle of [ip]:port%scope (0: the table refused it)."""
+    if len(ip) != 16:
+        raise ValueError("an IPv6 address is 16 bytes")
+    return rp_addr6_intern(<const uint8_t *>ip, port, scope, pin)
+
+
+def addr6_lookup(uint64_t h):
+    """(ip bytes, port, scope) of a handle, or None if it is stale."""
+    cdef uint8_t ip[16]
+    cdef uint16_t port
+    cdef uint32_t scope
+    if rp_addr6_lookup(h, ip, &port, &scope) != 0:
+        return None
+    return bytes(ip[:16]), port, scope
+
+
+def addr6_stats():
+    cdef rp_addr6_stats_t st
+    rp_addr6_stats(&st)
+    return {"entries": st.entries, "pinned": st.pinned, "cap": st.cap, "inserted": st.inserted,
+            "evicted": st.evicted, "refused": st.refused, "stale": st.stale}
+
+
+def addr6_reset(uint32_t cap):
+    """Empty the table and size it (tests); every old handle goes stale."""
+    if rp_addr6_reset(cap) != 0:
+        raise ValueError(f"addr6 table capacity must be 2..{1 << 20}, got {cap}")
 
 RAW_MAX_WAIT_NS = 5_000_000     # the raw loop polls the sockets only: it looks at
                                 # the timer a publish set at least this often
@@ -124,7 +172,11 @@ cdef class Transport:
                  uint16_t bind_port, uint32_t if_ip=0, int ifindex=0, int ttl=0, bint mloop=True,
                  int rcvbuf=8 << 20, int sndbuf=8 << 20, bint gro=True, bint gso=True,
                  bint timestamps=False, bint busy_poll=False, uint32_t rx_batch=64,
-                 bint fanout=False, double drop_rate=0.0, uint64_t seed=0, bint app_receive=True):
+                 bint fanout=False, double drop_rate=0.0, uint64_t seed=0, bint app_receive=True,
+                 int family=4, bytes group6=None, bytes bind6=None, uint32_t bind_scope=0):
+        """family 6: IPv6 -- bind6/bind_scope the unicast address, group6 the
+        group (joined on ifindex, which IPv6 multicast needs); the *_ip
+        arguments are then unused."""
         self.engine = None
         self.errors = 0
         self.fanout = fanout
@@ -143,9 +195,14 @@ cdef class Transport:
         o.gro = gro
         o.timestamps = timestamps
         o.reuse = 0
+        v6 = family == 6
+        if v6 and (bind6 is None or len(bind6) != 16 or (not fanout and (group6 is None or len(group6) != 16))):
+            raise ValueError("family 6 needs bind6 (and group6 unless fanout): 16-byte addresses")
+        rp_sockopt_family(&o, family, <const uint8_t *>bind6 if v6 else NULL, bind_scope)
         rc = rp_sock_open(&self.uc, &o, 0, &stage)
         if rc < 0:
-            raise SocketError(-rc, stage.decode(), f"unicast socket {_fmt(bind_ip, bind_port)}")
+            raise SocketError(-rc, stage.decode(),
+                              f"unicast socket {_fmt6(bind6, bind_port) if v6 else _fmt(bind_ip, bind_port)}")
         self.have_uc = True
         if not gso:
             self.uc.gso = 0
@@ -153,11 +210,20 @@ cdef class Transport:
             o.ip = group_ip
             o.port = group_port
             o.reuse = 1
-            rc = rp_sock_open(&self.mrx, &o, group_ip, &stage)
+            if v6:
+                # bound to the group itself (a link-local group needs the scope)
+                rp_sockopt_family(&o, 6, <const uint8_t *>group6, ifindex)
+                rc = rp_sock_open6(&self.mrx, &o, <const uint8_t *>group6, &stage)
+            else:
+                rc = rp_sock_open(&self.mrx, &o, group_ip, &stage)
             if rc < 0:
-                raise SocketError(-rc, stage.decode(), f"multicast socket {_fmt(group_ip, group_port)}")
+                raise SocketError(-rc, stage.decode(), f"multicast socket "
+                                  f"{_fmt6(group6, group_port) if v6 else _fmt(group_ip, group_port)}")
             self.have_mrx = True
-        self.mcast_addr = (<uint64_t>group_ip << 16) | group_port
+        if v6:
+            self.mcast_addr = rp_addr6_intern(<const uint8_t *>group6, group_port, ifindex, 1) if group6 else 0
+        else:
+            self.mcast_addr = (<uint64_t>group_ip << 16) | group_port
         needs = engine.driver_needs
         # An engine that looks into the datagrams themselves (SRM hears
         # other members' repairs to suppress its own) gets them raw, through
@@ -205,8 +271,9 @@ cdef class Transport:
     # ---- addresses ------------------------------------------------------
     @property
     def addr(self):
-        """This node's unicast address in the engine's 64-bit form."""
-        return (<uint64_t>self.uc.ip << 16) | self.uc.port
+        """This node's unicast address in the engine's 64-bit form (IPv6:
+        a handle, rpbcast.netaddr)."""
+        return rp_sock_addr(&self.uc)
 
     @property
     def port(self):
@@ -565,6 +632,8 @@ cdef class Transport:
             "rx_calls": self.uc.n_rx_calls + (self.mrx.n_rx_calls if self.have_mrx else 0),
             "tx_dgrams": self.uc.n_tx_dgrams, "tx_calls": self.uc.n_tx_calls,
             "tx_gso_sends": self.uc.n_tx_gso, "tx_errors": self.uc.n_tx_errors,
+            "family": rp_sock_family(&self.uc), "tx_unresolved": rp_sock_unresolved(&self.uc),
+            "rx_unnamed": rp_sock_unnamed(&self.uc) + (rp_sock_unnamed(&self.mrx) if self.have_mrx else 0),
             "gso": self.uc.gso, "gro": bool(self.uc.gro or (self.have_mrx and self.mrx.gro)),
             "rcvbuf": self.mrx.rcvbuf if self.have_mrx else self.uc.rcvbuf, "sndbuf": self.uc.sndbuf,
             "timestamps": bool(self.uc.timestamps or (self.have_mrx and self.mrx.timestamps)),
@@ -597,3 +666,8 @@ cdef class Transport:
 
 def _fmt(uint32_t ip, uint16_t port):
     return f"{ip >> 24}.{(ip >> 16) & 255}.{(ip >> 8) & 255}.{ip & 255}:{port}"
+
+
+def _fmt6(bytes ip, uint16_t port):
+    import ipaddress
+    return f"[{ipaddress.IPv6Address(ip)}]:{port}"

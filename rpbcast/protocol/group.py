@@ -28,7 +28,7 @@ from rpbcast.protocol.authority import NOT_AUTHORITY
 from rpbcast.protocol.heartbeats import HB_VECTOR
 from rpbcast.protocol.membership import (
     DISCONNECTED, MEMBER, NOT_MEMBER, PENDING_JOIN, PENDING_LEAVE, ROLE_LOGGER, ROLE_MEMBER, Member,
-    addr_to_wire, wire_to_addr)
+    addr_scope, addr_to_entry, entry_addr)
 from rpbcast.protocol.selection import choose
 from rpbcast.protocol.trace_events import EV_MEMBER
 
@@ -156,24 +156,27 @@ class Group(StaticGroup):
 
     # ------------------------------------------------------------------ MEMBERS
     def _member_bytes(self, m: Member) -> bytes:
-        ip, port = addr_to_wire(m.addr)
+        ip, port, ip6 = addr_to_entry(m.addr)
         return wire.member_entry(wire.Member(m.node_id, m.inc, m.status, m.role, port, ip,
                                              max(m.rank, 0) if m.rank >= 0 else 0xFFFFFFFF,
-                                             m.freshness, m.lastseq))
+                                             m.freshness, m.lastseq, ip6))
 
-    @staticmethod
-    def _read_members(body):
+    def _read_members(self, body):
+        # a link-local IPv6 entry is on our own interface: our scope
+        scope = addr_scope(self.e.cfg.addr)
         out = []
         for e in wire.read_members(body):
             rank = -1 if e.rank == 0xFFFFFFFF else e.rank
-            out.append(Member(e.id, e.inc, e.status, e.role, wire_to_addr(e.ipv4, e.port), rank,
+            out.append(Member(e.id, e.inc, e.status, e.role, entry_addr(e, scope), rank,
                               e.freshness, e.lastseq))
         return out
 
     def send_members(self, dest, members, flags):
         """A list over as many MEMBERS messages as it takes; aux = the size
-        of the whole list, so the receiver knows when it has every part."""
-        per = (self._mtu - wire.DG_HDR - wire.MSG_HDR) // wire.MEMBER_ENTRY
+        of the whole list, so the receiver knows when it has every part.
+        (Sized for IPv6 entries when any member has one.)"""
+        size = wire.MEMBER_ENTRY6 if any(addr_to_entry(m.addr)[2] for m in members) else wire.MEMBER_ENTRY
+        per = (self._mtu - wire.DG_HDR - wire.MSG_HDR) // size
         for k in range(0, len(members), per):
             body = b"".join(self._member_bytes(m) for m in members[k:k + per])
             self.emit(dest, T.MEMBERS, body, flags, aux=len(members))
