@@ -701,23 +701,29 @@ class Node:
         return self._atomic
 
     def _propose(self, payload, timeout: Optional[float]):
-        """Publish an atomic message's record: (seq, timeout), seq None if
-        back-pressure kept it out until the timeout passed."""
+        """Publish an atomic message's records (its PROPOSE, after the PART
+        records of a payload larger than a datagram): (seq of the PROPOSE,
+        timeout), seq None if back-pressure kept one out until the timeout
+        passed."""
         ext = self._need_atomic()
         t = self.config.atomic_timeout if timeout is None else float(timeout)
         self.transport.lock()
         try:
-            record = ext.record(payload, t)
+            recs = ext.records(payload, t)
         finally:
             self.transport.unlock()
         give_up = time.monotonic() + t
-        while True:
-            try:
-                return self.transport.publish(record, ATOMIC_LABEL), t
-            except BlockingIOError:
-                if time.monotonic() >= give_up:
-                    return None, t
-                time.sleep(0.001)
+        seq = None
+        for record in recs:
+            while True:
+                try:
+                    seq = self.transport.publish(record, ATOMIC_LABEL)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= give_up:
+                        return None, t
+                    time.sleep(0.001)
+        return seq, t
 
     def _watch(self, seq, fn):
         self.transport.lock()
