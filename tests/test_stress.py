@@ -110,7 +110,7 @@ def test_the_plan_gives_each_worker_its_part(tmp_path):
     plan = make_plan(args, use_ns=False)
     assert (plan.senders, plan.receivers, plan.loggers) == ([1], [2, 3], [4])
     assert plan.transport == "unicast" and plan.loss_model.startswith("in-process")
-    assert plan.flow_control == "loggers" and os.path.isdir(plan.work)
+    assert plan.flow_control == "receivers" and os.path.isdir(plan.work)   # held to receivers and loggers
     first, second = (worker_spec(args, plan, i, "receiver") for i in plan.receivers)
     assert first["slow"] == 100 and second["slow"] == 0
     assert first["config"]["drop_rate"] == 0.01 and first["config"]["transport"] == "unicast"
