@@ -7,9 +7,9 @@
 Cases, each beside a same-run baseline (alternating, medians of best-of-N):
 
 * rx: 64 B messages of one sender, whole datagrams through the logger's C
-  data plane (parse, gap detection, the store as a cache) with the log
-  attached (append, CRC, index, the write buffer, pwrite when it fills),
-  against the same node without a log.  The difference is what logging
+  data plane (parse, gap detection) with the log attached (append, CRC,
+  index, the write buffer, pwrite when it fills; a logger keeps no copy in
+  its store), against the same node without a log (which stores them).  The difference is what logging
   costs per message; ``--perf`` splits it by function (perf record of this
   case alone, grouped into append / CRC / index / copy / write syscall).
 * fsync: the log's sync after 5 ms worth of messages at 1.5 M msgs/s (what
@@ -334,7 +334,9 @@ def stress_once(tree, args):
             "gaps": d.get("gaps"), "flow_control": d.get("flow_control"),
             "sender_store_end": end.get("1", {}).get("store_entries"),
             "logger_store_end": [end.get(i, {}).get("store_entries", 0) for i in loggers],
-            "logger_store_peak": [peaks.get(i, {}).get("store_entries", 0) for i in loggers],
+            # peaks come from progress reports, the end from final stats
+            "logger_store_peak": [max(peaks.get(i, {}).get("store_entries", 0),
+                                      end.get(i, {}).get("store_entries", 0)) for i in loggers],
             "p99_ms": round(d["latency_p99"] / 1e6, 2) if d.get("latency_p99") else None}
 
 
