@@ -430,8 +430,8 @@ static void rx_rejected(rp_node_t *n, rp_peer_t *p, const rp_msgview_t *m, int a
     }
 }
 
-/* A logger appends before anything else: the log is its record of truth,
- * the store only a cache for serving recent repairs.  When the append
+/* A logger appends before anything else: the log is its record of truth:
+ * a logger that delivers nothing keeps no other copy (rx_store).  When the append
  * fails the id is missing again (asked for again later).  0 or -1. */
 static int rx_log(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl, int64_t now) {
     if (rp_log_append(n->log, p->id, p->inc, seq, pl->label, now, pl->data, pl->len) < 0) {
@@ -455,12 +455,17 @@ static inline uint32_t rx_holds(const rp_node_t *n, uint64_t label) {
 
 #define RX_DROPPED (-2)
 
-/* Store a received payload.  Returns its ticket; -1 when a logger had no
- * room to cache it (it is logged: enough); RX_DROPPED when there was no
- * room (the application is not consuming): then it counts as lost, the id
- * is missing again and is repaired later. */
+/* Store a received payload.  Returns its ticket; -1 when a logger keeps
+ * it in its log only; RX_DROPPED when there was no room (the application
+ * is not consuming): then it counts as lost, the id is missing again and
+ * is repaired later.  A logger that delivers nothing keeps no second copy:
+ * the copy, the first touch of the store's pages and their collection
+ * were about a third of its receive work, and it serves repairs from its
+ * log's index (serve.c). */
 static inline int64_t rx_store(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl,
                                uint32_t holds, int64_t now) {
+    if (n->log && n->no_deliver)
+        return -1;
     int64_t t = rp_mstore_put(&n->store, p->slot, seq, pl->label, now, n->round, holds,
                               RP_MS_GOSSIP, pl->data, pl->len);
     if (RP_LIKELY(t >= 0))

@@ -39,8 +39,8 @@ def add_parsers(sub):
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
-                   help="what a sender's buffer waits for (Config.flow_control); auto: the loggers' "
-                        "acknowledgments, or with --loggers 0 every receiver's report")
+                   help="what a sender's buffer waits for (Config.flow_control); auto: every receiver's "
+                        "report and, with loggers, the loggers' acknowledgments too")
     p.add_argument("--flow-timeout", type=float, default=None, metavar="SECONDS",
                    help="with receiver flow control: a receiver silent this long (of the sender's own "
                         "running time) is declared failed and released (Config.flow_timeout)")
