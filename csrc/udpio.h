@@ -46,6 +46,12 @@ typedef struct {
 int rp_sock_open(rp_sock_t *s, const rp_sockopt_t *o, uint32_t group, const char **stage);
 void rp_sock_close(rp_sock_t *s);
 
+/* Multicast loopback hands our own datagrams back to our own receiving
+ * socket (it must stay on for the other members on this host): a socket
+ * filter drops those whose rpbcast header names (group, id, inc) in the
+ * kernel, so they never wake a thread.  Returns 0 or -errno. */
+int rp_sock_drop_own(rp_sock_t *s, uint32_t group, uint32_t id, uint32_t inc);
+
 /* A batch of received datagrams, laid out for rp_node_rx. */
 typedef struct {
     uint32_t cap;            /* buffers */

@@ -200,6 +200,8 @@ class Config:
     ttl: int = 1                          # multicast TTL: 1 reaches hosts on the interface's link (0: this
                                           # host only; more: across routers that forward the group)
     multicast_loop: bool = True           # receivers on this host see our multicast
+    drop_own_copy: bool = True            # ... but our own receiving socket does not: a socket
+                                          # filter drops it in the kernel (no wake-up per publish)
     rcvbuf: int = 8 << 20
     sndbuf: int = 8 << 20
     rx_batch: int = 64                    # datagrams per recvmmsg
@@ -327,6 +329,8 @@ class Config:
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
         need(isinstance(self.app_receive, bool), f"app_receive must be true or false, got {self.app_receive!r}")
+        need(isinstance(self.drop_own_copy, bool),
+             f"drop_own_copy must be true or false, got {self.drop_own_copy!r}")
         need(isinstance(self.receive_spin_us, int) and not isinstance(self.receive_spin_us, bool)
              and 0 <= self.receive_spin_us <= 1_000_000,
              f"receive_spin_us must be 0..1000000 microseconds, got {self.receive_spin_us!r}")
