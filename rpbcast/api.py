@@ -656,8 +656,8 @@ class Node:
                                int(b.streams[i]) if b.streams is not None else 0)
             # Payloads handed out earlier are memoryviews into the previous
             # batch's buffer and must stay valid: it is reused only when none
-            # of them is still alive (a fresh 1 MiB buffer per message cost
-            # ~0.1 ms, on the path of every message).
+            # of them is still alive (a fresh, zeroed 1 MiB buffer per
+            # message was most of receive()'s 30 us; bench/receive_cost.py).
             prev = self._batch
             buf = prev.buf if prev is not None and not _buf_held(prev) else bytearray(RECEIVE_BUF)
             self._batch = self.recv_batch(RECEIVE_BATCH, buf)

@@ -521,9 +521,9 @@ cdef class Transport:
         seqs, labels, rx_times, offs, lens, streams), arrays of count
         entries.  The node fills columns kept per thread (_scratch) and only
         the count taken is copied out: a call that takes one message, or
-        none, no longer allocates seven arrays of max_n entries (65536 of
-        them cost ~0.5 ms a call on this VM, more than the message's whole
-        path)."""
+        none, does not allocate eight arrays of max_n entries
+        (bench/receive_cost.py: recv_batch(65536) of one message 7.6 -> 3.0
+        us, of none 5.5 -> 1.1 us)."""
         if not max_n:
             return _NO_DELIVERIES
         cdef Deliveries d = _scratch(max_n)
