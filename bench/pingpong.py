@@ -31,7 +31,8 @@ application drives the node with Node.poll), --timestamps, --spin
 --loop-receive (Config.app_receive = false: the loop thread receives and
 signals the application, the path before issue 15's step 2), --spin-us N
 (Config.receive_spin_us), --no-own-filter (Config.drop_own_copy =
-false: loopback hands the ping its own copy, which wakes it).  The LOOP line counts, per round trip,
+false: loopback hands the ping its own copy, which wakes it), --loop-cpu N
+(Config.loop_cpu).  The LOOP line counts, per round trip,
 app_signals (loop -> application eventfd hops) and app_rx_dgrams
 (datagrams the application thread received itself).
 """
@@ -64,6 +65,8 @@ def config(node_id, args):
         extra["receive_spin_us"] = args.spin_us
     if args.no_own_filter:
         extra["drop_own_copy"] = False
+    if args.loop_cpu is not None:
+        extra["loop_cpu"] = args.loop_cpu
     return Config(node_id=node_id, bind=f"127.0.0.1:{PORTS[node_id]}", group_addr=GROUP,
                   members=[MemberSpec(i, f"127.0.0.1:{p}") for i, p in PORTS.items()],
                   flow_control="receivers", timestamps=args.timestamps, member_timeout=3600, **extra)
@@ -204,6 +207,7 @@ def main(argv=None):
         p.add_argument("--spin-us", type=int, default=None, help="Config.receive_spin_us")
         p.add_argument("--no-own-filter", action="store_true",
                        help="Config.drop_own_copy = false: the own multicast copy reaches the node")
+        p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
     args = ap.parse_args(argv)
     if args.spin and not args.inline:
         ap.error("--spin needs --inline")

@@ -293,7 +293,7 @@ class Node:
         if stats_socket:
             self._serve_stats(stats_socket)
         if start:
-            self.transport.start()
+            self.transport.start(cfg.loop_cpu)
         if cfg.role != "logger":
             # (a weak reference: a node nobody closes is still collected, and its __del__ stops it)
             threading.Thread(target=_watch, args=(weakref.ref(self), self._stop), name=f"rpbcast-watch-{cfg.node_id}",

@@ -247,3 +247,32 @@ def test_recv_batch_from_two_threads_takes_each_message_once():
             assert sorted(got[0] + got[1]) == list(range(n))
         finally:
             close(a, b)
+
+
+@needs_ns
+def test_loop_cpu_pins_the_loop_thread_only():
+    """Config.loop_cpu: the node's loop thread runs on that CPU alone; the
+    application's thread keeps its own affinity."""
+    import os
+    cpu = max(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    with netns.namespace() as ns, netns.entered(ns):
+        a, b, _ = pair(loop_cpu=cpu)
+        try:
+            loops = [t for t in threading.enumerate() if t.name == f"rpbcast-{a.node_id}"]
+            assert len(loops) == 1
+            with open(f"/proc/self/task/{loops[0].native_id}/status") as f:
+                allowed = [ln.split(":")[1].strip() for ln in f if ln.startswith("Cpus_allowed_list")]
+            assert allowed == [str(cpu)]
+            assert os.sched_getaffinity(0) == before
+            a.publish(b"pinned")
+            m = b.receive(timeout=5)
+            assert m is not None and bytes(m.payload) == b"pinned"
+        finally:
+            close(a, b)
+
+
+@pytest.mark.parametrize("bad", [-1, "0", True, 1 << 20, 1.0])
+def test_loop_cpu_is_validated(bad):
+    with pytest.raises(ConfigError, match="loop_cpu"):
+        Config(node_id=1, loop_cpu=bad).validate()

@@ -11,6 +11,7 @@ deliveries (app_wait) reads the sockets itself while the loop thread leaves
 them to it (docs/architecture.md, "Threads and locks").
 """
 import logging
+import os
 import threading
 
 import numpy as np
@@ -229,13 +230,17 @@ cdef class Transport:
         return self.loop.app_fd
 
     # ---- the loop ---------------------------------------------------------
-    def start(self):
+    def start(self, cpu=None):
+        """Run the loop in a thread of its own (pinned to `cpu` when given)."""
         if self.thread is not None:
             return
-        self.thread = threading.Thread(target=self._run, name=f"rpbcast-{self.engine.id}", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(cpu,), name=f"rpbcast-{self.engine.id}",
+                                       daemon=True)
         self.thread.start()
 
-    def _run(self):
+    def _run(self, cpu=None):
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})      # 0: this thread (Linux affinity is per thread)
         if self.raw:
             while not self.loop.stop:
                 self._raw_once(-1)
