@@ -620,7 +620,7 @@ cdef class Transport:
                      # the loop for the control plane
                      "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
-                     "app_spins": self.loop.n_app_spins}
+                     "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty}
         return d
 
     def sock_info(self):
