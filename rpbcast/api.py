@@ -658,9 +658,13 @@ class Node:
             # batch's buffer and must stay valid: it is reused only when none
             # of them is still alive (a fresh, zeroed 1 MiB buffer per
             # message was most of receive()'s 30 us; bench/receive_cost.py).
+            # An empty batch handed nothing out: its buffer is free whoever
+            # refers to it.
             prev = self._batch
-            buf = prev.buf if prev is not None and not _buf_held(prev) else bytearray(RECEIVE_BUF)
+            free = prev is not None and (prev.count == 0 or not _buf_held(prev))
+            buf = prev.buf if free else bytearray(RECEIVE_BUF)
             self._batch = self.recv_batch(RECEIVE_BATCH, buf)
+            del buf         # (held here, it would look like a payload held on the next turn)
             self._bi = 0
             if self._batch.count:
                 continue

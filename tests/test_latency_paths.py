@@ -159,7 +159,12 @@ def test_receive_reuses_its_buffer_unless_a_payload_is_held():
             # last byte, which no payload of these reaches, tells it apart
             # from a fresh, zeroed one)
             for k in range(5):
-                a.publish(b"m%d" % k)
+                # every other message comes while receive() waits (its
+                # refill came back empty first), the others are there already
+                if k % 2:
+                    threading.Timer(0.05, a.publish, args=(b"m%d" % k,)).start()
+                else:
+                    a.publish(b"m%d" % k)
                 m = b.receive(timeout=5)
                 assert m is not None and bytes(m.payload) == b"m%d" % k
                 del m
