@@ -77,7 +77,10 @@ def test_the_own_multicast_copy_never_reaches_the_publisher():
     own, not the group's)."""
     n = 300
     with netns.namespace() as ns, netns.entered(ns):
-        a, b, _ = pair()
+        # idle heartbeats 50 ms after a publish (not 5 ms): the loop's timer
+        # wake-ups stay few even if this machine is slow, the own copies
+        # would be one per publish
+        a, b, _ = pair(idle_after=0.05)
         try:
             time.sleep(0.2)
             c0 = counters(a)
