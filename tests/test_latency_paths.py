@@ -214,6 +214,13 @@ def test_recv_batch_without_a_buffer_returns_one_of_the_payloads_size():
             assert np.array_equal(x.seqs, seqs) and bytes(x.payload(0)) == b"p000"
             empty = b.recv_batch(16)
             assert empty.count == 0 and len(empty.buf) == 0
+            a.publish(b"p004")
+            end = time.monotonic() + 5
+            z = b.recv_batch(100_000)          # beyond the kept columns: columns of its own
+            while not z.count and time.monotonic() < end:
+                b.wait(0.1)
+                z = b.recv_batch(100_000)
+            assert z.count == 1 and bytes(z.payload(0)) == b"p004" and len(z.seqs) == 1
         finally:
             close(a, b)
 

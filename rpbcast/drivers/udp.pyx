@@ -636,7 +636,8 @@ cdef class Transport:
 
 
 # Transport.take's columns: one Deliveries per thread, grown to the largest
-# max_n asked (threads may take concurrently; each copies out what it took).
+# max_n asked up to SCRATCH_MAX_N (threads may take concurrently; each copies
+# out what it took).
 _tls = threading.local()
 _NO_DELIVERIES = (0,) + tuple(np.empty(0, t) for t in (np.uint32, np.uint32, np.uint64, np.uint64, np.int64,
                                                          np.uint32, np.uint32, np.uint32))
@@ -644,7 +645,12 @@ for _a in _NO_DELIVERIES[1:]:
     _a.flags.writeable = False
 
 
+DEF SCRATCH_MAX_N = 65536      # larger asks get columns of their own (not kept)
+
+
 cdef Deliveries _scratch(size_t max_n):
+    if max_n > SCRATCH_MAX_N:
+        return Deliveries(max_n)
     cdef Deliveries d = getattr(_tls, "d", None)
     if d is None or d.max_n < max_n:
         d = Deliveries(max_n)
