@@ -30,7 +30,9 @@ application drives the node with Node.poll), --timestamps, --spin
 (receive without sleeping: poll with timeout 0, only with --inline),
 --loop-receive (Config.app_receive = false: the loop thread receives and
 signals the application, the path before issue 15's step 2), --spin-us N
-(Config.receive_spin_us).  The LOOP line counts, per round trip,
+(Config.receive_spin_us), --no-own-filter (Config.drop_own_copy =
+false: loopback hands the ping its own copy, which wakes it), --loop-cpu N
+(Config.loop_cpu).  The LOOP line counts, per round trip,
 app_signals (loop -> application eventfd hops) and app_rx_dgrams
 (datagrams the application thread received itself).
 """
@@ -61,6 +63,10 @@ def config(node_id, args):
         extra["app_receive"] = False
     if args.spin_us is not None:
         extra["receive_spin_us"] = args.spin_us
+    if args.no_own_filter:
+        extra["drop_own_copy"] = False
+    if args.loop_cpu is not None:
+        extra["loop_cpu"] = args.loop_cpu
     return Config(node_id=node_id, bind=f"127.0.0.1:{PORTS[node_id]}", group_addr=GROUP,
                   members=[MemberSpec(i, f"127.0.0.1:{p}") for i, p in PORTS.items()],
                   flow_control="receivers", timestamps=args.timestamps, member_timeout=3600, **extra)
@@ -100,7 +106,7 @@ def loop_counters(node):
     lp, sk = d["loop"], d["sock"]
     c = {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
          "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
-    for k in ("app_signals", "app_rx_dgrams"):      # trees with the application's receive
+    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty"):      # trees that count them
         if k in lp:
             c[k] = lp[k]
     return c
@@ -199,6 +205,9 @@ def main(argv=None):
         p.add_argument("--loop-receive", action="store_true",
                        help="app_receive = false: the loop thread receives, the application waits on its eventfd")
         p.add_argument("--spin-us", type=int, default=None, help="Config.receive_spin_us")
+        p.add_argument("--no-own-filter", action="store_true",
+                       help="Config.drop_own_copy = false: the own multicast copy reaches the node")
+        p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
     args = ap.parse_args(argv)
     if args.spin and not args.inline:
         ap.error("--spin needs --inline")

@@ -76,6 +76,7 @@ typedef struct {
     int arx_gro;
     uint64_t n_app_signals;  /* app_fd writes (a loop -> application hop) */
     uint64_t n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins;
+    uint64_t n_app_rx_empty;  /* the application's recvmmsg that found nothing */
 } rp_loop_t;
 
 int64_t rp_now_ns(void);

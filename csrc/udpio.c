@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <stdlib.h>
@@ -259,6 +260,35 @@ void rp_sock_close(rp_sock_t *s) {
     if (s->fd >= 0)
         close(s->fd);
     s->fd = -1;
+}
+
+/* ---- the own multicast copy -------------------------------------------- */
+
+/* A classic BPF socket filter runs on a UDP socket with the packet starting
+ * at the UDP header (8 bytes), so the rpbcast datagram header is at 8: magic
+ * (16 bits) at 8, group at 12, sender id at 16, incarnation at 20, all
+ * little-endian on the wire, while BPF loads are big-endian: the constants
+ * are byte-swapped.  Anything shorter than a header passes (the node counts
+ * it as malformed). */
+int rp_sock_drop_own(rp_sock_t *s, uint32_t group, uint32_t id, uint32_t inc) {
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 8 + 24, 0, 8),              /* short: accept */
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 8),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __builtin_bswap16(0x5052u), 0, 6),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 16),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __builtin_bswap32(id), 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 20),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __builtin_bswap32(inc), 0, 2),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 12),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __builtin_bswap32(group), 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu),                          /* accept whole */
+        BPF_STMT(BPF_RET | BPF_K, 0),                                    /* our own: drop */
+    };
+    struct sock_fprog prog = {.len = sizeof(code) / sizeof(code[0]), .filter = code};
+    if (setsockopt(s->fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) < 0)
+        return -errno;
+    return 0;
 }
 
 /* ---- receive ----------------------------------------------------------- */

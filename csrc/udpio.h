@@ -67,6 +67,11 @@ uint64_t rp_sock_addr(const rp_sock_t *s);
 int rp_sock_family(const rp_sock_t *s);
 uint64_t rp_sock_unresolved(const rp_sock_t *s);
 uint64_t rp_sock_unnamed(const rp_sock_t *s);
+/* Multicast loopback hands our own datagrams back to our own receiving
+ * socket (it must stay on for the other members on this host): a socket
+ * filter drops those whose rpbcast header names (group, id, inc) in the
+ * kernel, so they never wake a thread.  Returns 0 or -errno. */
+int rp_sock_drop_own(rp_sock_t *s, uint32_t group, uint32_t id, uint32_t inc);
 
 /* A batch of received datagrams, laid out for rp_node_rx. */
 typedef struct {

@@ -7,6 +7,7 @@ nanoseconds.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -212,6 +213,8 @@ class Config:
     ttl: int = 1                          # multicast TTL: 1 reaches hosts on the interface's link (0: this
                                           # host only; more: across routers that forward the group)
     multicast_loop: bool = True           # receivers on this host see our multicast
+    drop_own_copy: bool = True            # ... but our own receiving socket does not: a socket
+                                          # filter drops it in the kernel (no wake-up per publish)
     rcvbuf: int = 8 << 20
     sndbuf: int = 8 << 20
     rx_batch: int = 64                    # datagrams per recvmmsg
@@ -222,6 +225,8 @@ class Config:
                                           # (one thread wake-up per message instead of two)
     receive_spin_us: int = 0              # receive() retries the sockets this long before it
                                           # sleeps (0: no spin; burns the core meanwhile)
+    loop_cpu: Optional[int] = None        # pin the loop thread to this CPU (None: the scheduler's
+                                          # choice; the application pins its own threads)
     timestamps: bool = False              # kernel receive timestamps
     drop_rate: float = 0.0                # in-process receive loss (tests without root)
     state_dir: Optional[str] = None       # where a restarted node finds its last incarnation
@@ -339,6 +344,12 @@ class Config:
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
         need(isinstance(self.app_receive, bool), f"app_receive must be true or false, got {self.app_receive!r}")
+        need(self.loop_cpu is None or (isinstance(self.loop_cpu, int) and not isinstance(self.loop_cpu, bool)
+                                       and self.loop_cpu in os.sched_getaffinity(0)),
+             f"loop_cpu must be None or one of the CPUs this process may run on "
+             f"{sorted(os.sched_getaffinity(0))}, got {self.loop_cpu!r}")
+        need(isinstance(self.drop_own_copy, bool),
+             f"drop_own_copy must be true or false, got {self.drop_own_copy!r}")
         need(isinstance(self.receive_spin_us, int) and not isinstance(self.receive_spin_us, bool)
              and 0 <= self.receive_spin_us <= 1_000_000,
              f"receive_spin_us must be 0..1000000 microseconds, got {self.receive_spin_us!r}")
