@@ -24,6 +24,13 @@ int rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t
     if (cap > max_cap || max_cap > UINT32_MAX)
         return RP_EINVAL;
     q->max_held = max_cap;
+    uint64_t nc = pow2_at_least(cap < 4096 ? cap : 4096);
+    q->near = (rp_srbq_near_t *)malloc(nc * sizeof(rp_srbq_near_t));
+    if (!q->near)
+        goto fail;
+    for (uint64_t i = 0; i < nc; i++)
+        q->near[i].seq = NONE;
+    q->near_mask = nc - 1;
     if (rp_iset_init(&q->settled, 4, (uint32_t)max_cap))
         goto fail;
     if (rp_iset_init(&q->queued, 4, (uint32_t)max_cap))
@@ -39,12 +46,25 @@ fail:
 }
 
 void rp_srbq_free(rp_srbq_t *q) {
+    free(q->near);
+    q->near = NULL;
     rp_iset_free(&q->settled);
     rp_iset_free(&q->queued);
     rp_hmap_free(&q->msgs);
     rp_hmap_free(&q->labels);
     free(q->purged);
     q->purged = NULL;
+}
+
+/* Add seq to s: a value one past its last interval (a stream in order)
+ * extends it in place, anything else goes through rp_iset_add. */
+static inline int64_t iset_put(rp_iset_t *s, uint64_t seq) {
+    if (s->n && s->v[s->n - 1].hi + 1 == seq) {
+        s->v[s->n - 1].hi = seq;
+        s->count++;
+        return 1;
+    }
+    return rp_iset_add(s, seq, seq);
 }
 
 /* Remove every value below upto from the low end of s. */
@@ -61,6 +81,54 @@ static void iset_trim_below(rp_iset_t *s, uint64_t upto) {
     if (k) {
         memmove(s->v, s->v + k, (size_t)(s->n - k) * sizeof(rp_ival_t));
         s->n -= k;
+    }
+}
+
+/* The queued messages: a direct-mapped table for seqs near each other (no
+ * hashing for a stream's usual traffic), a hash map for the rest. */
+static int m_put(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle) {
+    rp_srbq_near_t *sl = &q->near[seq & q->near_mask];
+    if (sl->seq == NONE) {
+        sl->seq = seq;
+        sl->handle = handle;
+        sl->label = label;
+        return 0;
+    }
+    int rc = rp_hmap_put(&q->msgs, seq, 0, handle);
+    if (rc >= 0 && label != RP_SRB_NOLABEL) {
+        rc = rp_hmap_put(&q->msgs, seq, 1, label);
+        if (rc < 0)
+            rp_hmap_del(&q->msgs, seq, 0, NULL);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+/* 1 and the handle and label (RP_SRB_NOLABEL: none) of queued seq, or 0. */
+static inline int m_get(const rp_srbq_t *q, uint64_t seq, uint64_t *handle, uint64_t *label) {
+    const rp_srbq_near_t *sl = &q->near[seq & q->near_mask];
+    if (sl->seq == seq) {
+        *handle = sl->handle;
+        *label = sl->label;
+        return 1;
+    }
+    if (!q->msgs.n)
+        return 0;
+    uint64_t *h = rp_hmap_get(&q->msgs, seq, 0);
+    if (!h)
+        return 0;
+    *handle = *h;
+    uint64_t *l = rp_hmap_get(&q->msgs, seq, 1);
+    *label = l ? *l : RP_SRB_NOLABEL;
+    return 1;
+}
+
+static inline void m_del(rp_srbq_t *q, uint64_t seq) {
+    rp_srbq_near_t *sl = &q->near[seq & q->near_mask];
+    if (sl->seq == seq) {
+        sl->seq = NONE;
+    } else if (q->msgs.n) {
+        rp_hmap_del(&q->msgs, seq, 0, NULL);
+        rp_hmap_del(&q->msgs, seq, 1, NULL);
     }
 }
 
@@ -84,24 +152,20 @@ static int q_note_purged(rp_srbq_t *q, uint64_t seq, uint64_t handle) {
  * queued one with its label (TP4): the newer is now certain to be delivered
  * (everything before it is here or purged).  The older one stays settled
  * (now purged), so nothing about the prefix changes. */
-static void q_enter(rp_srbq_t *q, uint64_t seq) {
-    uint64_t *lp = rp_hmap_get(&q->msgs, seq, 1);
-    if (!lp)
+static void q_enter(rp_srbq_t *q, uint64_t seq, uint64_t label) {
+    if (label == RP_SRB_NOLABEL)
         return;                             /* unlabelled: never obsolete */
-    uint64_t label = *lp;
     uint64_t *newest = rp_hmap_get(&q->labels, label, 0);
     if (!newest) {
         rp_hmap_put(&q->labels, label, 0, seq);     /* no room: no purge */
         return;
     }
-    uint64_t old = *newest;
-    uint64_t *oh = rp_hmap_get(&q->msgs, old, 0);
+    uint64_t old = *newest, oh, ol;
     /* Without memory to hand the purge back (or to split the queued set),
      * keep the old value: delivering it too is always allowed. */
-    if (oh && rp_iset_remove(&q->queued, old, old) == 1) {
-        if (q_note_purged(q, old, *oh) == 0) {
-            rp_hmap_del(&q->msgs, old, 0, NULL);
-            rp_hmap_del(&q->msgs, old, 1, NULL);
+    if (m_get(q, old, &oh, &ol) && rp_iset_remove(&q->queued, old, old) == 1) {
+        if (q_note_purged(q, old, oh) == 0) {
+            m_del(q, old);
             q->n_purged_queue++;
         } else {
             rp_iset_add(&q->queued, old, old);      /* merges back: no memory */
@@ -127,7 +191,10 @@ static void q_advance(rp_srbq_t *q) {
             if (qhi > end)
                 qhi = end;
             for (uint64_t y = x;; y++) {
-                q_enter(q, y);      /* may drop an older seq (< x) from `queued` */
+                uint64_t h, label;
+                /* may drop an older seq (< x) from `queued` */
+                if (m_get(q, y, &h, &label))
+                    q_enter(q, y, label);
                 if (y == qhi)
                     break;
             }
@@ -140,21 +207,16 @@ static void q_advance(rp_srbq_t *q) {
 }
 
 int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle) {
-    if (seq < q->head || rp_iset_contains(&q->settled, seq))
+    if (seq < q->head || (seq < q->tail && rp_iset_contains(&q->settled, seq)))
         return RP_SQ_R_OLD;
     if (rp_iset_count(&q->queued) >= q->max_held)
         return RP_EFULL;
-    int64_t rc = rp_iset_add(&q->settled, seq, seq);
+    int64_t rc = iset_put(&q->settled, seq);
     if (rc < 0)
         return (int)rc;
-    rc = rp_iset_add(&q->queued, seq, seq);
+    rc = iset_put(&q->queued, seq);
     if (rc >= 0) {
-        rc = rp_hmap_put(&q->msgs, seq, 0, handle);
-        if (rc >= 0 && label != RP_SRB_NOLABEL) {
-            rc = rp_hmap_put(&q->msgs, seq, 1, label);
-            if (rc < 0)
-                rp_hmap_del(&q->msgs, seq, 0, NULL);
-        }
+        rc = m_put(q, seq, label, handle);
         if (rc < 0)
             rp_iset_remove(&q->queued, seq, seq);   /* was just added: no split */
     }
@@ -162,9 +224,15 @@ int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle) 
         rp_iset_remove(&q->settled, seq, seq);
         return (int)rc;
     }
-    if (seq >= q->tail)
-        q->tail = seq + 1;
     q->n_queued++;
+    if (seq >= q->tail) {
+        q->tail = seq + 1;
+        if (seq == q->ready) {          /* in order: the usual case, no search */
+            q_enter(q, seq, label);
+            q->ready = seq + 1;
+            return RP_SQ_R_QUEUED;
+        }
+    }
     if (seq == q->ready)
         q_advance(q);
     return RP_SQ_R_QUEUED;
@@ -238,9 +306,10 @@ size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t max) 
             break;                      /* still missing: FIFO waits */
         uint64_t s = q->head;
         if (q->queued.n && q->queued.v[0].lo == s) {
-            uint64_t h = 0, label;
-            rp_hmap_del(&q->msgs, s, 0, &h);
-            if (rp_hmap_del(&q->msgs, s, 1, &label)) {
+            uint64_t h = 0, label = RP_SRB_NOLABEL;
+            m_get(q, s, &h, &label);
+            m_del(q, s);
+            if (label != RP_SRB_NOLABEL) {
                 uint64_t *newest = rp_hmap_get(&q->labels, label, 0);
                 if (newest && *newest == s)
                     rp_hmap_del(&q->labels, label, 0, NULL);
@@ -271,11 +340,8 @@ int rp_srbq_peek(const rp_srbq_t *q, uint64_t *handle) {
      * settled run) by a queued seq */
     if (!q->queued.n || q->queued.v[0].lo > q->settled.v[0].hi)
         return 0;
-    uint64_t *h = rp_hmap_get(&q->msgs, q->queued.v[0].lo, 0);
-    if (!h)
-        return 0;
-    *handle = *h;
-    return 1;
+    uint64_t label;
+    return m_get(q, q->queued.v[0].lo, handle, &label);
 }
 
 /* ---- sender window ----------------------------------------------------- */

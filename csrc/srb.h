@@ -44,6 +44,11 @@ enum {
 };
 
 typedef struct {
+    uint64_t seq;           /* UINT64_MAX: free */
+    uint64_t handle, label;
+} rp_srbq_near_t;
+
+typedef struct {
     uint64_t head;          /* next seq to deliver */
     uint64_t ready;         /* every seq in [head, ready) is queued or purged */
     uint64_t tail;          /* one past the highest seq known */
@@ -51,7 +56,9 @@ typedef struct {
     uint64_t max_held;      /* bound on queued messages and on settled intervals */
     rp_iset_t settled;      /* seqs >= head queued or purged (purged = settled - queued) */
     rp_iset_t queued;       /* seqs >= head queued */
-    rp_hmap_t msgs;         /* (seq, 0) -> handle; (seq, 1) -> label if labelled */
+    rp_srbq_near_t *near;   /* queued messages by seq & near_mask (the common, dense case) */
+    uint64_t near_mask;
+    rp_hmap_t msgs;         /* the others: (seq, 0) -> handle; (seq, 1) -> label if labelled */
     rp_hmap_t labels;       /* label -> newest queued seq in [head, ready) with that label */
     uint64_t *purged;       /* (seq, handle) pairs purged by TP4, not yet taken */
     size_t npurged, purgedcap;
