@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "catchup.h"
+#include "reqlimit.h"
 
 const char *const rp_node_counter_names[RP_C__COUNT] = {
     "sent", "rx_dgrams", "rx_bad", "rx_own", "rx_new", "rx_fill", "rx_dup", "rx_far",
@@ -109,6 +110,7 @@ void rp_node_free(rp_node_t *n) {
     rp_sigvec_free(&n->hbsig);
     rp_trace_free(&n->trace);
     rp_catchup_free(n);
+    rp_node_set_requester_limit(n, 0, 0, 0);
     if (n->conflate)
         rp_conflate_free(&n->latest);
     free(n->ctl);
@@ -1153,10 +1155,9 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
     rp_iset_remove(&p->inflight, lo, hi);
     if (p->q) {
         /* Let FIFO delivery move past what will never come. */
-        uint64_t a = lo < p->q->head ? p->q->head : lo;
         uint64_t b = hi < p->st.next ? hi : p->st.next - 1;
-        for (uint64_t s = a; p->st.next && s <= b; s++)
-            rp_srbq_mark_purged(p->q, s);
+        if (p->st.next)
+            rp_srbq_mark_purged_range(p->q, lo, b);    /* one interval, any length */
         q_release_purged(n, p, 0);
     }
     if (k > 0) {
@@ -1300,21 +1301,6 @@ uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes) {
 }
 
 /* ---- delivery ---------------------------------------------------------- */
-
-/* Head of a FIFO queue if it can be delivered now (purged slots at the head
- * are skipped, without changing the queue). */
-static int q_peek(const rp_srbq_t *q, uint64_t *handle) {
-    for (uint64_t s = q->head; s < q->tail; s++) {
-        const rp_srbq_slot_t *sl = &q->ring[s & (q->cap - 1)];
-        if (sl->state == RP_SQ_QUEUED) {
-            *handle = sl->handle;
-            return 1;
-        }
-        if (sl->state != RP_SQ_PURGED)
-            return 0;
-    }
-    return 0;
-}
 
 /* One delivery: a message's id, label, stream and payload into the columns.
  * A message with an extension header (a stream's, or a whole large message)
@@ -1460,7 +1446,7 @@ size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *in
         for (uint32_t i = 0; i < n->npeers && k < max; i++) {
             rp_srbq_t *q = n->peers[i]->q;
             uint64_t h, s;
-            if (!q || !q_peek(q, &h))
+            if (!q || !rp_srbq_peek(q, &h))
                 continue;
             rp_msent_t *e = rp_mstore_entry(st, h);
             if (used + e->len > cap) {

@@ -106,6 +106,13 @@ class Config:
     nack_sender_max: int = 16
     repair_rate: float = 0.0              # repairs/s this node serves (0 = unlimited; §7.1)
     repair_burst: float = 0.0
+    requester_repair_rate: float = 100_000.0  # repairs/s one requester (source address) may take of
+                                          # this node's repairs; beyond, its ids are left unserved and
+                                          # others still get theirs (csrc/reqlimit.h; 0 = no per-
+                                          # requester limit).  A logger's catch-up is paced by
+                                          # catchup_rate instead
+    requester_repair_burst: float = 0.0   # tokens one requester saves up (0 = 0.1 s worth)
+    repair_requesters: int = 1024         # requesters tracked for that (least recently used evicted)
     max_scan: int = 65536                 # ids examined per requested section
     max_streams: int = 4096               # streams (sender incarnations) a node keeps state for;
                                           # data of further ones is dropped, counted streams_refused
@@ -315,6 +322,12 @@ class Config:
              f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
         need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
         need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
+        need(self.requester_repair_rate >= 0,
+             f"requester_repair_rate must be >= 0 repairs/s (0 = no limit), got {self.requester_repair_rate!r}")
+        need(self.requester_repair_burst >= 0,
+             f"requester_repair_burst must be >= 0 (0 = 0.1 s worth), got {self.requester_repair_burst!r}")
+        need(1 <= self.repair_requesters <= 1 << 20,
+             f"repair_requesters must be in 1..2**20, got {self.repair_requesters!r}")
         need(isinstance(self.amplify_factor, (int, float)) and not isinstance(self.amplify_factor, bool)
              and (self.amplify_factor == 0 or 1 <= self.amplify_factor <= 100),
              f"amplify_factor must be 0 (off) or in 1..100, got {self.amplify_factor!r}")
@@ -438,8 +451,8 @@ class Config:
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
                "send_window", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
-               "max_message_size", "reassembly_bytes", "reply_outbox_bytes")
-_NUMBER_FIELDS = ("repair_rate", "repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
+               "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
+_NUMBER_FIELDS = ("repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 
 
 def _member_spec(m) -> MemberSpec:

@@ -147,7 +147,7 @@ cdef extern from "srb.h" nogil:
         RP_SQ_R_QUEUED
         RP_SQ_R_OLD
     ctypedef struct rp_srbq_t:
-        uint64_t head, ready, tail, w, cap, max_cap
+        uint64_t head, ready, tail, w, max_held
         rp_hmap_t labels
         uint64_t n_queued, n_delivered, n_purged_queue
         uint64_t n_purged_inferred, n_purged_marked
@@ -157,6 +157,8 @@ cdef extern from "srb.h" nogil:
     size_t rp_srbq_take_purged(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)
     int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi)
     int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq)
+    uint64_t rp_srbq_mark_purged_range(rp_srbq_t *q, uint64_t lo, uint64_t hi)
+    int rp_srbq_peek(const rp_srbq_t *q, uint64_t *handle)
     size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)
     uint64_t rp_srbq_pending(const rp_srbq_t *q)
 
@@ -469,6 +471,13 @@ cdef extern from "auth.h" nogil:
     int RP_AUTH_TRAILER
     int RP_AUTH_KEY_LEN
 
+cdef extern from "reqlimit.h" nogil:
+    ctypedef struct rp_reqlimit_t:
+        double rate, burst
+        uint32_t n, max
+        uint64_t n_limited, n_evicted
+
+
 cdef extern from "node.h" nogil:
     uint32_t RP_SELF_SLOT
     uint32_t RP_NO_SLOT
@@ -533,6 +542,7 @@ cdef extern from "node.h" nogil:
     ctypedef struct rp_node_t:
         uint32_t group, id, inc
         rp_auth_t *auth
+        rp_reqlimit_t *reqlimit
         uint8_t deliver_own, fifo, is_logger, tracing, no_deliver, hold_send
         uint64_t srb_w
         size_t max_dgram
@@ -648,6 +658,10 @@ cdef extern from "catchup.h" nogil:
     int rp_catchup_enable(rp_node_t *n, double rate, double burst, uint32_t per_call)
     size_t rp_catchup_drain(rp_node_t *n, int64_t now)
     uint64_t rp_catchup_pending(const rp_node_t *n)
+
+
+cdef extern from "reqlimit.h" nogil:
+    int rp_node_set_requester_limit(rp_node_t *n, double rate, double burst, uint32_t mx)
 
 
 cdef extern from "udpio.h" nogil:

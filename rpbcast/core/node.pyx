@@ -276,6 +276,16 @@ cdef class Node:
     def set_rate_limit(self, double rate, double burst=0):
         rp_node_set_rate_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10))
 
+    def set_requester_limit(self, double rate, double burst=0, uint32_t max_requesters=1024):
+        """Repairs/s each requester (source address) may take (csrc/reqlimit.h):
+        ``burst`` tokens saved up (default: 0.1 s worth), at most
+        ``max_requesters`` tracked (least recently used evicted); rate 0: off."""
+        if rate < 0 or max_requesters == 0:
+            raise ValueError("requester limit: rate >= 0 and max_requesters >= 1")
+        if rp_node_set_requester_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10),
+                                       max_requesters) != RP_OK:
+            raise MemoryError()
+
     def enable_trace(self, size_t capacity=1 << 16):
         rp_trace_free(&self.n.trace)
         if rp_trace_init(&self.n.trace, capacity) != RP_OK:
@@ -926,6 +936,11 @@ cdef class Node:
             d["cookies_bad"] = self.n.out.ac.st.cookies_bad
             d["requests_not_admitted"] = self.n.out.ac.st.not_admitted
         d["trace_dropped"] = self.n.trace.dropped
+        if self.n.reqlimit != NULL:
+            # repairs one requester's own rate refused, requesters evicted (reqlimit.h)
+            d["serve_limited_requester"] = self.n.reqlimit.n_limited
+            d["requesters_evicted"] = self.n.reqlimit.n_evicted
+            d["requesters"] = self.n.reqlimit.n
         if self.n.log != NULL:
             # what the log's recovery found and what later reads found
             # damaged: lost for good here, never silently (docs/api.md)
