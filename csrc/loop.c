@@ -153,7 +153,12 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     l->sleep_until = now + wait;
     struct epoll_event evs[4];
     l->loop_blind = blind;
-    int k = epoll_wait(blind ? l->ctl_epfd : l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
+    /* epoll_pwait2: timers below a millisecond (the tail probe) fire on time */
+    struct timespec ts = {.tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000};
+    int fd = blind ? l->ctl_epfd : l->epfd;
+    int k = epoll_pwait2(fd, evs, 4, &ts, NULL);
+    if (k < 0 && errno == ENOSYS)
+        k = epoll_wait(fd, evs, 4, (int)((wait + 999999) / 1000000));
     l->loop_blind = 0;
     l->n_wakeups++;
     for (int i = 0; i < k; i++)

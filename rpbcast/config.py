@@ -110,6 +110,8 @@ class Config:
 
     # senders
     idle_after: float = 0.005             # silence before the idle heartbeat (§5.1)
+    tail_probe: float = 0.0002            # silence before a heartbeat that shows a lost last message
+                                          # at once (a tail-loss probe; wait >= 2 x RTT; 0 = none)
     ack_loggers: int = 1                  # loggers that must hold a message before it leaves the send buffer
     logger_retx_timeout: float = 0.5      # resend unacknowledged messages to a logger after this
     linger: float = 5.0                   # Node.close() waits up to this long for what flow control
@@ -296,6 +298,10 @@ class Config:
             need(isinstance(v, (int, float)) and v > 0, f"{name} must be a positive number of seconds, got {v!r}")
         need(isinstance(self.gc_limit, int) and self.gc_limit >= 1,
              f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
+        need(isinstance(self.tail_probe, (int, float)) and not isinstance(self.tail_probe, bool)
+             and 0 <= self.tail_probe < self.idle_after,
+             f"tail_probe must be 0 (none) or a number of seconds below idle_after ({self.idle_after!r}), "
+             f"got {self.tail_probe!r}")
         need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
         need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
         need(isinstance(self.amplify_factor, (int, float)) and not isinstance(self.amplify_factor, bool)

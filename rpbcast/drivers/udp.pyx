@@ -182,7 +182,8 @@ cdef class Transport:
         self.loop.app_rx = app_receive and not busy_poll and not needs.every_rx
         self.loop.control = _control_cb
         self.loop.ctx = <void *>self
-        self.loop.idle_after_ns = int(engine.cfg.idle_after * 1e9)
+        # a publish arms the first heartbeat's timer: the tail probe, else the idle heartbeat
+        self.loop.idle_after_ns = int((getattr(engine.cfg, "tail_probe", 0) or engine.cfg.idle_after) * 1e9)
         rp_loop_set_window(&self.loop, getattr(engine.cfg, "send_window", 0))
         self.loop.drop_rate = drop_rate
         self.loop.rng = seed or ((bind_port * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF)
