@@ -42,8 +42,8 @@ def env_for(tree):
 
 def rtt(tree, loss, count, hosts):
     argv = [sys.executable, os.path.join(HERE, "pingpong.py"), "ping", str(count), "64", "--timeout", "0.5"]
-    if loss or hosts:
-        argv += ["--loss", str(loss or 1e-9)]       # a namespace even lossless: the same path
+    # always in a namespace of its own: lossless is a loss rule that never fires, the same path
+    argv += ["--loss", repr(max(loss, 1e-12))]
     if hosts:
         argv.append("--hosts")
     r = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env_for(tree))

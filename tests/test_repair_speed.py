@@ -2,6 +2,10 @@
 virtual clock: how soon a loss is seen and asked for, how many requests a
 run of missing ids costs, and that asking again is bounded when nothing
 comes back."""
+import collections
+
+import pytest
+
 from groups import Group, payload
 from rpbcast.core import wire
 from rpbcast.core.node import DEST_MCAST
@@ -155,3 +159,60 @@ def test_asking_again_is_bounded_when_nothing_comes_back():
     g.net.drop_filter = None
     assert g.run_until_complete(timeout=1)
     assert not g.duplicates()
+
+
+# ---------------------------------------------------------------------------
+# On real sockets, in a namespace with kernel loss (seconds)
+
+def _wire_pair():
+    import socket
+    from rpbcast import Config, MemberSpec
+    from rpbcast.api import Node
+    out = []
+    for _ in range(2):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        out.append(s.getsockname()[1])
+        s.close()
+    specs = [MemberSpec(i + 1, f"127.0.0.1:{p}") for i, p in enumerate(out)]
+    return [Node(Config(node_id=i + 1, bind=f"127.0.0.1:{p}", members=specs, flow_control="receivers",
+                        group_addr=f"239.255.91.{1 + out[0] % 200}:{out[0] + 1000}", member_timeout=60))
+            for i, p in enumerate(out)]
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(60)
+def test_ping_pong_under_kernel_loss_every_echo_once_and_the_loop_probes():
+    """A ping-pong (one message out, its echo back, nothing else) with 5 %
+    of the datagrams dropped by the kernel: every request and every echo
+    arrives exactly once, and the losses were found by the loop's tail
+    probes (its counter; without a probe a lost request waits for the idle
+    heartbeat).  The time it takes is the bench's (bench/loss_latency.py)."""
+    from rpbcast.tools import netns
+    rounds = 300
+    with netns.namespace(loss=0.05) as ns, netns.entered(ns):
+        ping, pong = _wire_pair()
+        try:
+            echoes = collections.Counter()
+            requests = collections.Counter()
+            for k in range(rounds):
+                ping.publish(b"q%d" % k)
+                m = pong.receive(timeout=5)
+                assert m is not None, f"request {k} never arrived"
+                requests[bytes(m.payload)] += 1
+                pong.publish(b"a" + bytes(m.payload)[1:])
+                m = ping.receive(timeout=5)
+                assert m is not None, f"echo {k} never arrived"
+                echoes[bytes(m.payload)] += 1
+            assert pong.receive(timeout=0.2) is None and ping.receive(timeout=0.2) is None   # no duplicate
+            assert requests == collections.Counter({b"q%d" % k: 1 for k in range(rounds)})
+            assert echoes == collections.Counter({b"a%d" % k: 1 for k in range(rounds)})
+            dropped, _ = netns.loss_counters(ns)
+            assert dropped > 0
+            st = [n.stats() for n in (ping, pong)]
+            assert sum(s["repairs_peer"] for s in st) > 0
+            probes = sum(n.transport.stats()["loop"]["tail_probes"] for n in (ping, pong))
+            assert probes > 0
+        finally:
+            ping.close(linger=0)
+            pong.close(linger=0)

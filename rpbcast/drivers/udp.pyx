@@ -113,6 +113,7 @@ cdef class Transport:
     cdef bint raw, have_rawrx           # the engine takes raw datagrams (receive_datagrams)
     cdef rp_rxbatch_t rawrx
     cdef object _raw_rng
+    cdef object _hb                     # the engine's heartbeats, when the loop sends the tail probe
 
     def __cinit__(self):
         self.mrx.fd = -1
@@ -182,8 +183,12 @@ cdef class Transport:
         self.loop.app_rx = app_receive and not busy_poll and not needs.every_rx
         self.loop.control = _control_cb
         self.loop.ctx = <void *>self
-        # a publish arms the first heartbeat's timer: the tail probe, else the idle heartbeat
-        self.loop.idle_after_ns = int((getattr(engine.cfg, "tail_probe", 0) or engine.cfg.idle_after) * 1e9)
+        self.loop.idle_after_ns = int(engine.cfg.idle_after * 1e9)
+        # the tail probe is the loop's (C, either thread, no control call)
+        hb = getattr(engine, "heartbeats", None)
+        if hb is not None and hb.hand_probe_to_driver():
+            self._hb = hb
+            self.loop.probe_ns = hb.driver_probe_ns()
         rp_loop_set_window(&self.loop, getattr(engine.cfg, "send_window", 0))
         self.loop.drop_rate = drop_rate
         self.loop.rng = seed or ((bind_port * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF)
@@ -393,6 +398,8 @@ cdef class Transport:
                             timer=bool(why & RP_WHY_TIMER), rx=bool(why & RP_WHY_RX))
         if self.fanout and self._fan_version != e.members.version:
             self._refresh_fanout_locked()
+        if self._hb is not None and why & RP_WHY_CTL:
+            self.loop.probe_ns = self._hb.driver_probe_ns()     # >= 2 x RTT, as pongs come in
         return t
 
     def _fan_addrs(self):
@@ -581,7 +588,7 @@ cdef class Transport:
                      # the loop for the control plane
                      "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
-                     "app_spins": self.loop.n_app_spins}
+                     "app_spins": self.loop.n_app_spins, "tail_probes": self.loop.n_probes}
         return d
 
     def sock_info(self):

@@ -10,6 +10,8 @@
   pull repairs it well under a millisecond on a LAN (TCP's tail-loss
   probe, QUIC's PTO).  One probe per silence, so at most one per
   tail_probe whatever the rate: a sender that never pauses sends none.
+  On real sockets the UDP loop sends it (csrc/loop.c, tail_probe after the
+  last publish); here, for the other drivers, at least 2 x RTT.
 * The heartbeat signature every gossip carries (the data plane's hash of
   the idle streams' latest seqs): when a gossiper's differs from ours we
   answer with our idle list (HBLIST, flag REPLY), and it pushes back the
@@ -75,10 +77,21 @@ class Heartbeats:
             return node.last_publish + self._idle_ns
         return NEVER
 
-    def _probe_wait(self):
+    def hand_probe_to_driver(self):
+        """The driver sends the tail probe itself (the UDP loop, in C, from
+        whichever thread is awake: no control-plane call per publish);
+        returns whether there is one to send.  driver_probe_ns() is its
+        wait, to be read again as round trips are measured."""
+        self._driver_probe_ns, self._probe_ns = self._probe_ns, 0
+        return bool(self._driver_probe_ns)
+
+    def driver_probe_ns(self):
+        return self._probe_wait(self._driver_probe_ns)
+
+    def _probe_wait(self, wait=None):
         # A probe sooner than a round trip after the send would only race
         # the message itself (and on a slow path every send would be probed).
-        wait = self._probe_ns
+        wait = self._probe_ns if wait is None else wait
         pings = getattr(self.e, "pings", None)
         rtt = pings.rtt_hint if pings is not None else None
         if rtt is not None:
