@@ -40,6 +40,8 @@ def config(i, ports):
     if os.environ.get("LM_HOSTS"):          # --hosts: each process its own host on a veth LAN
         ips = dict(zip((1, 2), os.environ["LM_HOSTS"].split(",")))
         extra = dict(interface="eth0", ttl=1)
+    if os.environ.get("LM_REASM"):
+        extra["reassembly_bytes"] = int(os.environ["LM_REASM"]) << 20
     specs = [MemberSpec(j, f"{ips[j]}:{ports[j - 1]}") for j in (1, 2)]
     return Config(node_id=i, bind=f"{ips[i]}:{ports[i - 1]}", members=specs, gossip_interval=0.02, **extra,
                   group_addr=f"{GROUP}:{ports[0] + 1000}", flow_control="receivers",
@@ -79,7 +81,8 @@ def run_recv(ports, size, count):
     print(json.dumps({"ok": ok, "got": got, "bytes": nbytes, "seconds": dt,
                       "mbps": nbytes / dt / 1e6 if dt else None,
                       "repairs": st["repairs_peer"] + st["repairs_logger"], "gap_ids": st.get("gap_ids"),
-                      "gaps": st.get("gaps"),
+                      "gaps": st.get("gaps"), "dropped_full": st.get("rx_dropped_full"),
+                      "store_max_bytes": st.get("store_bytes"),
                       "dropped_partials": sum(v for k, v in st["reassembly"].items()
                                               if k.startswith("dropped_"))}), flush=True)
 

@@ -80,7 +80,8 @@ class Config:
     # fragments must fit the store: at most store_bytes / 2.  0: the smaller
     # of 16 MiB and store_bytes / 2 (Config.message_cap).
     max_message_size: int = 0
-    reassembly_bytes: int = 0             # bound on partial messages here; 0 = 2 x the message cap
+    reassembly_bytes: int = 0             # bound on large messages held here outside the store (partial,
+                                          # or whole and not yet taken); 0 = max(2 x the cap, store_bytes / 2)
 
     # gossip repair (thesis Table 7.1)
     gossip_interval: float = 0.25
@@ -230,6 +231,17 @@ class Config:
         """The largest payload publish takes: max_message_size, or by
         default the smaller of 16 MiB and store_bytes / 2."""
         return self.max_message_size or min(16 << 20, self.store_bytes // 2)
+
+    @property
+    def reassembly_bound(self) -> int:
+        """Bytes of large messages a receiver holds outside the store
+        (partials, and whole ones the application has not taken):
+        reassembly_bytes, or by default the larger of twice the message cap
+        and half the store.  Flow control lets a sender run as far ahead as
+        the store holds: while one message waits for a repaired fragment,
+        those behind it must fit here, or their fragments are dropped and
+        sent again (at 1 % loss on loopback a third of the bytes were)."""
+        return self.reassembly_bytes or max(2 * self.message_cap, self.store_bytes // 2)
 
     def validate(self):
         def need(cond, msg):

@@ -216,3 +216,36 @@ def test_ping_pong_under_kernel_loss_every_echo_once_and_the_loop_probes():
         finally:
             ping.close(linger=0)
             pong.close(linger=0)
+
+
+def test_a_hole_in_a_large_message_does_not_make_the_receiver_drop_what_follows():
+    """A GSO super-datagram dropped whole on loopback is a hole of 64
+    fragments in one large message.  Until it is repaired the sender runs
+    ahead (flow control lets it: as far as the store holds), and the
+    messages behind the hole arrive whole.  The receiver keeps them -- it
+    does not drop their fragments for want of reassembly room and have them
+    all sent again (issue 18: 16,000 of 47,000 fragments of a 1 % loss run
+    were, with room for only twice the message cap)."""
+    mb = 1 << 20
+    g = lan_group(2, store_bytes=64 * mb, store_entries=1 << 17, max_message_size=2 * mb,
+                  gossip_interval=0.25)
+    e = g.E[1]
+    first = e.node.next_seq
+    hole = range(first + 10, first + 74)
+
+    def drop(src, dst, data):
+        return dst == 2 and any(m.seq in hole for m in msgs_of(data, T.DATA))
+    g.net.drop_filter = drop
+    big = [bytes([k]) * mb for k in range(16)]
+    for p in big:
+        e.publish(p, now=g.net.now)
+    g.net.flush(1)
+    got = []
+    end = g.net.now + int(0.2 * NS)
+    while g.net.now < end and len(got) < len(big):
+        g.net.run_until(g.net.now + int(0.001 * NS))      # the application takes what is whole every ms
+        got += [d.payload for d in g.E[2].recv(now=g.net.now)]
+    assert sorted(got) == sorted(big)                     # each whole, once
+    c = g.E[2].counters()
+    assert c["rx_dropped_full"] == 0
+    assert c["repairs_peer"] == len(hole)                 # the hole, and nothing sent twice
