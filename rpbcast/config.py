@@ -299,7 +299,7 @@ class Config:
              f"max_message_size ({self.max_message_size}) must be at most store_bytes / 2 "
              f"({self.store_bytes // 2}): a message and its fragments are stored at once")
         need(self.reassembly_bytes == 0 or self.reassembly_bytes >= self.message_cap,
-             f"reassembly_bytes must be 0 (2 x max_message_size) or at least max_message_size "
+             f"reassembly_bytes must be 0 (the default bound) or at least max_message_size "
              f"({self.message_cap}), got {self.reassembly_bytes!r}")
         need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")
         for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
