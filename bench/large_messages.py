@@ -40,8 +40,6 @@ def config(i, ports):
     if os.environ.get("LM_HOSTS"):          # --hosts: each process its own host on a veth LAN
         ips = dict(zip((1, 2), os.environ["LM_HOSTS"].split(",")))
         extra = dict(interface="eth0", ttl=1)
-    if os.environ.get("LM_REASM"):
-        extra["reassembly_bytes"] = int(os.environ["LM_REASM"]) << 20
     specs = [MemberSpec(j, f"{ips[j]}:{ports[j - 1]}") for j in (1, 2)]
     return Config(node_id=i, bind=f"{ips[i]}:{ports[i - 1]}", members=specs, gossip_interval=0.02, **extra,
                   group_addr=f"{GROUP}:{ports[0] + 1000}", flow_control="receivers",
