@@ -249,3 +249,13 @@ def test_a_hole_in_a_large_message_does_not_make_the_receiver_drop_what_follows(
     c = g.E[2].counters()
     assert c["rx_dropped_full"] == 0
     assert c["repairs_peer"] == len(hole)                 # the hole, and nothing sent twice
+
+
+def test_tail_probe_config_errors_name_the_key():
+    from rpbcast.config import Config, ConfigError
+    for bad in (-0.001, 0.005, 0.01, "fast", True):
+        with pytest.raises(ConfigError, match="tail_probe"):
+            Config(node_id=1, tail_probe=bad).validate()
+    Config(node_id=1, tail_probe=0).validate()              # none
+    assert Config(node_id=1, store_bytes=256 << 20, max_message_size=16 << 20).reassembly_bound == 128 << 20
+    assert Config(node_id=1).reassembly_bound == 32 << 20   # the default store: twice the cap, as before
