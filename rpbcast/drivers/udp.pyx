@@ -164,6 +164,7 @@ cdef class Transport:
     cdef bint raw, have_rawrx           # the engine takes raw datagrams (receive_datagrams)
     cdef rp_rxbatch_t rawrx
     cdef object _raw_rng
+    cdef object _hb                     # the engine's heartbeats, when the loop sends the tail probe
 
     def __cinit__(self):
         self.mrx.fd = -1
@@ -261,6 +262,11 @@ cdef class Transport:
         self.loop.control = _control_cb
         self.loop.ctx = <void *>self
         self.loop.idle_after_ns = int(engine.cfg.idle_after * 1e9)
+        # the tail probe is the loop's (C, either thread, no control call)
+        hb = getattr(engine, "heartbeats", None)
+        if hb is not None and hb.hand_probe_to_driver():
+            self._hb = hb
+            self.loop.probe_ns = hb.driver_probe_ns()
         rp_loop_set_window(&self.loop, getattr(engine.cfg, "send_window", 0))
         self.loop.drop_rate = drop_rate
         self.loop.rng = seed or ((bind_port * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF)
@@ -475,6 +481,8 @@ cdef class Transport:
                             timer=bool(why & RP_WHY_TIMER), rx=bool(why & RP_WHY_RX))
         if self.fanout and self._fan_version != e.members.version:
             self._refresh_fanout_locked()
+        if self._hb is not None and why & RP_WHY_CTL:
+            self.loop.probe_ns = self._hb.driver_probe_ns()     # >= 2 x RTT, as pongs come in
         return t
 
     def _fan_addrs(self):
@@ -689,7 +697,8 @@ cdef class Transport:
                      # the loop for the control plane
                      "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
-                     "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty}
+                     "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty,
+                     "tail_probes": self.loop.n_probes}
         return d
 
     def sock_info(self):

@@ -101,7 +101,7 @@ class Engine:
                          srb_w=cfg.srb_window, max_scan=cfg.max_scan, max_streams=cfg.max_streams,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger,
-                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bytes)
+                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bound)
         if cfg.key_file is not None:
             cfg = self._key(cfg, now if mac_counter0 is None else mac_counter0)
         if cfg.repair_rate:
