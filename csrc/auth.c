@@ -3,24 +3,38 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "wire.h"
 
+/* Plaintexts of decrypted datagrams: fixed chunks (never moved, control
+ * messages point into them until the control plane has read them), at most
+ * RP_AUTH_ARENA_CHUNKS of them. */
+#define RP_AUTH_ARENA_CHUNK  (128u * 1024u)     /* > RP_WIRE_MAX_DGRAM */
+#define RP_AUTH_ARENA_CHUNKS 32                 /* 4 MiB */
+
 struct rp_auth {
     int nkeys;
+    int encrypt;
     uint8_t id[RP_AUTH_MAX_KEYS];
     /* one context per key and direction: the key schedule is computed once */
     EVP_CIPHER_CTX *seal;
     EVP_CIPHER_CTX *open[RP_AUTH_MAX_KEYS];
+    EVP_CIPHER_CTX *dec[RP_AUTH_MAX_KEYS];
     uint64_t counter;
     uint64_t sealed;
+    rp_replay_t replay;
+    uint8_t *arena[RP_AUTH_ARENA_CHUNKS];
+    uint32_t arena_cur;
+    size_t arena_off;
+    uint64_t arena_full;
 };
 
-static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key) {
+static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, int enc) {
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     if (!c)
         return NULL;
-    if (EVP_EncryptInit_ex(c, EVP_aes_128_gcm(), NULL, key, NULL) != 1) {
+    if (EVP_CipherInit_ex(c, EVP_aes_128_gcm(), NULL, key, NULL, enc) != 1) {
         EVP_CIPHER_CTX_free(c);
         return NULL;
     }
@@ -35,13 +49,18 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
     rp_auth_t *a = (rp_auth_t *)calloc(1, sizeof(*a));
     if (!a)
         return NULL;
+    if (rp_replay_init(&a->replay, 0)) {
+        free(a);
+        return NULL;
+    }
     a->nkeys = nkeys;
     a->counter = counter0;
-    a->seal = gcm_ctx(keys);
+    a->seal = gcm_ctx(keys, 1);
     for (int k = 0; k < nkeys; k++) {
         a->id[k] = ids[k];
-        a->open[k] = gcm_ctx(keys + (size_t)k * RP_AUTH_KEY_LEN);
-        if (!a->open[k])
+        a->open[k] = gcm_ctx(keys + (size_t)k * RP_AUTH_KEY_LEN, 1);
+        a->dec[k] = gcm_ctx(keys + (size_t)k * RP_AUTH_KEY_LEN, 0);
+        if (!a->open[k] || !a->dec[k])
             goto fail;
     }
     if (!a->seal)
@@ -56,9 +75,22 @@ void rp_auth_free(rp_auth_t *a) {
     if (!a)
         return;
     EVP_CIPHER_CTX_free(a->seal);
-    for (int k = 0; k < RP_AUTH_MAX_KEYS; k++)
+    for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
         EVP_CIPHER_CTX_free(a->open[k]);
+        EVP_CIPHER_CTX_free(a->dec[k]);
+    }
+    for (int k = 0; k < RP_AUTH_ARENA_CHUNKS; k++)
+        free(a->arena[k]);
+    rp_replay_free(&a->replay);
     free(a);
+}
+
+void rp_auth_set_encrypt(rp_auth_t *a, int on) { a->encrypt = !!on; }
+int rp_auth_encrypting(const rp_auth_t *a) { return a->encrypt; }
+
+static void iv_of(uint8_t iv[12], uint32_t source, uint64_t counter) {
+    rp_st32(iv, source);
+    rp_st64(iv + 4, counter);
 }
 
 /* The GMAC tag of aad[0, n) under c with IV (source, counter). */
@@ -66,11 +98,29 @@ static int gmac(EVP_CIPHER_CTX *c, const uint8_t *aad, size_t n, uint32_t source
                 uint64_t counter, uint8_t tag[RP_AUTH_TAG_LEN]) {
     uint8_t iv[12];
     int ol;
-    rp_st32(iv, source);
-    rp_st64(iv + 4, counter);
+    iv_of(iv, source, counter);
     if (EVP_EncryptInit_ex(c, NULL, NULL, NULL, iv) != 1 ||
         EVP_EncryptUpdate(c, NULL, &ol, aad, (int)n) != 1 ||
         EVP_EncryptFinal_ex(c, tag, &ol) != 1 ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, tag) != 1)
+        return -1;
+    return 0;
+}
+
+/* AES-GCM of the datagram buf[0, len) with its trailer: the header is the
+ * additional data, the body [RP_DG_HDR, len - trailer) is encrypted in
+ * place, the tag goes to tag. */
+static int gcm_seal(EVP_CIPHER_CTX *c, uint8_t *buf, size_t len, uint64_t counter,
+                    uint8_t tag[RP_AUTH_TAG_LEN]) {
+    uint8_t iv[12];
+    int ol;
+    uint8_t *body = buf + RP_DG_HDR;
+    size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
+    iv_of(iv, rp_ld32(buf + 8), counter);
+    if (EVP_EncryptInit_ex(c, NULL, NULL, NULL, iv) != 1 ||
+        EVP_EncryptUpdate(c, NULL, &ol, buf, RP_DG_HDR) != 1 ||
+        EVP_EncryptUpdate(c, body, &ol, body, (int)nb) != 1 || (size_t)ol != nb ||
+        EVP_EncryptFinal_ex(c, body + nb, &ol) != 1 ||
         EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, tag) != 1)
         return -1;
     return 0;
@@ -83,13 +133,51 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
     uint64_t ctr = a->counter++;
     t[0] = a->id[0];
     rp_st64(t + 1, ctr);
-    if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9))
+    if (a->encrypt) {
+        buf[3] |= RP_DGF_ENC;           /* before: the header is authenticated */
+        if (gcm_seal(a->seal, buf, len, ctr, t + 9))
+            return -1;
+    } else if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9)) {
         return -1;
+    }
     a->sealed++;
     return 0;
 }
 
-int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len) {
+/* Room for one plaintext of len bytes, or NULL when the chunks are full. */
+static uint8_t *arena_take(rp_auth_t *a, size_t len) {
+    if (a->arena_off + len > RP_AUTH_ARENA_CHUNK) {
+        a->arena_cur++;
+        a->arena_off = 0;
+    }
+    if (a->arena_cur >= RP_AUTH_ARENA_CHUNKS || len > RP_AUTH_ARENA_CHUNK)
+        return NULL;
+    if (!a->arena[a->arena_cur] && !(a->arena[a->arena_cur] = (uint8_t *)malloc(RP_AUTH_ARENA_CHUNK)))
+        return NULL;
+    return a->arena[a->arena_cur] + a->arena_off;
+}
+
+/* Decrypt buf[0, len) into out under c: 0 if the tag is right. */
+static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *buf, size_t len, uint8_t *out) {
+    uint8_t iv[12], tag[RP_AUTH_TAG_LEN];
+    int ol;
+    const uint8_t *t = buf + len - RP_AUTH_TRAILER;
+    size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
+    iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
+    memcpy(tag, t + 9, RP_AUTH_TAG_LEN);
+    if (EVP_DecryptInit_ex(c, NULL, NULL, NULL, iv) != 1 ||
+        EVP_DecryptUpdate(c, NULL, &ol, buf, RP_DG_HDR) != 1 ||
+        EVP_DecryptUpdate(c, out + RP_DG_HDR, &ol, buf + RP_DG_HDR, (int)nb) != 1 ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, RP_AUTH_TAG_LEN, tag) != 1 ||
+        EVP_DecryptFinal_ex(c, out + RP_DG_HDR + nb, &ol) != 1)
+        return -1;                      /* DecryptFinal checks the tag (constant time) */
+    memcpy(out, buf, RP_DG_HDR);
+    memcpy(out + len - RP_AUTH_TRAILER, t, RP_AUTH_TRAILER);
+    return 0;
+}
+
+int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
+                 const uint8_t **plain) {
     if (len < RP_DG_HDR + RP_AUTH_TRAILER || !(buf[3] & RP_DGF_MAC) ||
         rp_ld16(buf + 18) != RP_AUTH_TRAILER)
         return -1;
@@ -97,12 +185,43 @@ int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len) {
     for (int k = 0; k < a->nkeys; k++) {
         if (a->id[k] != t[0])
             continue;
-        uint8_t tag[RP_AUTH_TAG_LEN];
-        if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1), tag))
+        if (!(buf[3] & RP_DGF_ENC)) {
+            uint8_t tag[RP_AUTH_TAG_LEN];
+            if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1), tag))
+                return -1;
+            if (CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) != 0)
+                return -1;
+            *plain = buf;
+            return 0;
+        }
+        if (new_batch) {
+            a->arena_cur = 0;
+            a->arena_off = 0;
+        }
+        uint8_t *out = arena_take(a, len);
+        if (!out) {
+            a->arena_full++;
+            return -2;
+        }
+        if (gcm_open(a->dec[k], buf, len, out))
             return -1;
-        return CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) == 0 ? 0 : -1;
+        a->arena_off += len;
+        *plain = out;
+        return 0;
     }
     return -1;
 }
 
+int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len) {
+    const uint8_t *p;
+    return rp_auth_open(a, buf, len, 0, &p) == 0 ? 0 : -1;
+}
+
+int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len) {
+    const uint8_t *t = buf + len - RP_AUTH_TRAILER;
+    return rp_replay_check(&a->replay, rp_ld32(buf + 8), t[0], rp_ld64(t + 1));
+}
+
 uint64_t rp_auth_sealed(const rp_auth_t *a) { return a->sealed; }
+const rp_replay_t *rp_auth_replay(const rp_auth_t *a) { return &a->replay; }
+uint64_t rp_auth_arena_full(const rp_auth_t *a) { return a->arena_full; }

@@ -25,7 +25,8 @@
 
 /* Datagram flags. */
 #define RP_DGF_MAC         0x01         /* MAC trailer of mac_len bytes */
-#define RP_DGF_KNOWN       0x01
+#define RP_DGF_ENC         0x02         /* body encrypted under the MAC's key (auth.h); with MAC only */
+#define RP_DGF_KNOWN       0x03
 
 /* Message types. */
 enum {
@@ -189,6 +190,7 @@ enum {
     RP_WR_AUTH,         /* MAC check failed (counted by the engine) */
     RP_WR_NOT_OWN,      /* DATA or HEARTBEAT of a stream not the datagram source's own
                            (counted by the engine) */
+    RP_WR_REPLAY,       /* a keyed control datagram whose counter was seen (replay.h) */
     RP_WR__COUNT
 };
 

@@ -218,6 +218,10 @@ class Config:
     # datagram carry an AES-128-GMAC and drops every one without a valid MAC.
     # None: unkeyed (any host that can reach the group's ports is trusted).
     key_file: Optional[str] = None
+    # encrypt the body of every datagram under the group key (AES-128-GCM,
+    # the same one seal per datagram); needs key_file.  Payloads and control
+    # contents are then unreadable without the key; headers stay clear.
+    encrypt: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -356,6 +360,8 @@ class Config:
             need(isinstance(self.key_file, (str, bytes)) or hasattr(self.key_file, "__fspath__"),
                  f"key_file must be a path, got {self.key_file!r}")
             read_key_file(self.key_file)
+        need(isinstance(self.encrypt, bool), f"encrypt must be True or False, got {self.encrypt!r}")
+        need(not self.encrypt or self.key_file is not None, "encrypt needs key_file (the group key)")
         return self
 
     def _validate_atomic(self, need):

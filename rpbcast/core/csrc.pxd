@@ -228,6 +228,7 @@ cdef extern from "wire.h" nogil:
         RP_WIRE_MAX_MAC
         RP_WIRE_MAX_MSGS
         RP_DGF_MAC
+        RP_DGF_ENC
         RP_SEC_HDR
         RP_GOSSIP_FIXED
         RP_MEMBER_ENTRY
@@ -721,3 +722,15 @@ cdef extern from "loop.h" nogil:
                                      const uint64_t *labels, size_t count, uint32_t stream)
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)
+
+
+cdef extern from "auth.h" nogil:
+    # replay.h, through the keyed node's auth context
+    ctypedef struct rp_replay_t:
+        uint32_t cap, n
+        uint64_t accepted, refused, evicted
+    void rp_auth_set_encrypt(rp_auth_t *a, int on)
+    int rp_auth_encrypting(const rp_auth_t *a)
+    uint64_t rp_auth_sealed(const rp_auth_t *a)
+    const rp_replay_t *rp_auth_replay(const rp_auth_t *a)
+    uint64_t rp_auth_arena_full(const rp_auth_t *a)

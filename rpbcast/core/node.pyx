@@ -160,6 +160,32 @@ cdef class Node:
                             <const uint8_t *>mat if keys else NULL, len(keys), counter0) != RP_OK:
             raise ValueError("the crypto library refused the keys (or two keys share an id)")
 
+    def set_encrypt(self, bint on):
+        """Encrypt the body of every datagram sent (AES-128-GCM under the
+        sending key, auth.h); needs set_auth first.  Received datagrams are
+        decrypted whether or not this is on."""
+        if self.n.auth == NULL:
+            raise ValueError("encryption needs a key (set_auth first)")
+        rp_out_flush(&self.n.out)      # open datagrams were begun unencrypted
+        rp_auth_set_encrypt(self.n.auth, on)
+
+    @property
+    def encrypting(self):
+        return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
+
+    def auth_stats(self):
+        """A keyed node's MAC and replay counters ({} unkeyed): datagrams
+        sealed, the replay table's sources (and its bound), control
+        datagrams accepted and refused as replays, sources evicted at the
+        bound, and datagrams dropped because the plaintext buffers were full."""
+        if self.n.auth == NULL:
+            return {}
+        cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
+        return {"sealed": rp_auth_sealed(self.n.auth), "replay_sources": r.n,
+                "replay_sources_max": r.cap, "replay_fresh": r.accepted,
+                "replay_refused": r.refused, "replay_evicted": r.evicted,
+                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth)}
+
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
         self.log = log

@@ -143,6 +143,8 @@ class Engine:
         ns (csrc/auth.h says why).  The parts size their messages by
         cfg.mtu, so they see the MTU less the trailer."""
         self.node.set_auth(read_key_file(cfg.key_file), counter0)
+        if cfg.encrypt:
+            self.node.set_encrypt(True)
         parts_cfg = copy.copy(cfg)
         parts_cfg.mtu = self.node.max_body + wire.DG_HDR + wire.MSG_HDR
         self.cfg = parts_cfg
