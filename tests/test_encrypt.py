@@ -205,6 +205,8 @@ def test_an_encrypted_group_on_the_wire(tmp_path):
             assert len(captured) >= 10
             assert all(d[3] & wire.DGF_ENC for d in captured)
             assert not any(b"SECRET" in d for d in captured)
+            st2 = nodes[2].stats()
+            assert st2["replay_fresh"] > 0 and st2["replay_refused"] == 0   # control read, none refused
             assert collect(nodes[3], 1, timeout=0.5) == {}
             assert nodes[3].stats()["rx_reasons"].get("auth", 0) > 0
         finally:

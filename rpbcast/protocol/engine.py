@@ -442,6 +442,8 @@ class Engine:
         # own messages not yet released by loggers / receivers (the window in use)
         c["unacked"] = max(self.node.next_seq - self.node.acked, 0) if self.node.hold_send else 0
         c.update(self.stats)
+        # a keyed node's MAC, replay and decryption counters (docs/security.md)
+        c.update({k: v for k, v in self.node.auth_stats().items() if k != "sealed"})
         return c
 
     def traffic(self):
