@@ -208,3 +208,83 @@ def test_replay_window_against_a_reference(tmp_path_factory, deliveries):
         r = reason_name(b.receive_datagram(ds[i], 1, 2000))
         assert r == ("replay" if i in seen else "ok"), (i, sorted(seen))
         seen.add(i)
+
+
+# ---------------------------------------------------------------- on the wire
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path):
+    """Two keyed members on real sockets in a namespace; a packet socket on
+    lo captures what member 1 sends to member 2 (its gossip, heartbeat
+    lists, ...), and every captured control datagram is resent verbatim to
+    member 2's port: each is refused as a replay and counted, while the
+    members keep talking (fresh control datagrams still accepted)."""
+    import socket
+    import struct
+    import time
+
+    from rpbcast.api import Node
+    from rpbcast.tools import netns
+
+    def free_port():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        return p
+
+    control = {t for t in T if t not in (T.PAD, T.DATA, T.REPAIR, T.HEARTBEAT)}
+    with netns.namespace() as ns, netns.entered(ns):
+        ports = {1: free_port(), 2: free_port()}
+        gport = free_port()
+        specs = [MemberSpec(i, f"127.0.0.1:{ports[i]}") for i in ports]
+        nodes, cap = {}, None
+        try:
+            for i in ports:
+                nodes[i] = Node(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs,
+                                       gossip_interval=0.02, group_addr=f"239.255.91.3:{gport}",
+                                       key_file=key_file(tmp_path)))
+            # capture only once both are up: a datagram sent before member 2
+            # bound its port never reached it, and its "replay" would be the
+            # first copy member 2 sees (accepted, docs/security.md)
+            time.sleep(0.3)
+            cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+            cap.bind(("lo", 0x0800))
+            cap.settimeout(0.2)
+            for k in range(20):
+                nodes[1].publish(b"p%d" % k)
+            captured = []
+            end = time.time() + 3
+            while time.time() < end and len(captured) < 20:
+                try:
+                    pkt, addr = cap.recvfrom(65536)
+                except (TimeoutError, socket.timeout):
+                    continue
+                if addr[2] == socket.PACKET_OUTGOING or len(pkt) < 28 or pkt[9] != 17:
+                    continue
+                ihl = (pkt[0] & 15) * 4
+                dport = struct.unpack_from("!H", pkt, ihl + 2)[0]
+                d = pkt[ihl + 8:]
+                if dport != ports[2] or len(d) < 24 or struct.unpack_from("<I", d, 8)[0] != 1:
+                    continue
+                if any(m[0] in control for m in wire.parse(d)[1]) and d not in captured:
+                    captured.append(d)
+            assert len(captured) >= 5
+            time.sleep(0.2)                       # the originals have been received
+            st0 = nodes[2].stats()
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            for d in captured:
+                s.sendto(d, ("127.0.0.1", ports[2]))
+            s.close()
+            time.sleep(0.5)
+            st = nodes[2].stats()
+            refused = st.get("rx_reasons", {}).get("replay", 0) - st0.get("rx_reasons", {}).get("replay", 0)
+            assert refused == len(captured), [sorted({m[0] for m in wire.parse(d)[1]}) for d in captured]
+            assert st["replay_fresh"] > st0["replay_fresh"]     # genuine gossip still accepted
+            assert st.get("rx_reasons", {}).get("auth", 0) == 0
+        finally:
+            if cap is not None:
+                cap.close()
+            for n in nodes.values():
+                n.close()
