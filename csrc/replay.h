@@ -19,8 +19,8 @@
  * (A counter of UINT64_MAX would wrap the floor; a sender reaches it after
  * 584 years of wall-clock ns.)  So
  * every counter is accepted at most once while the entry lives, and a
- * genuine datagram is refused only when RP_REPLAY_RECENT newer control
- * datagrams of its source were accepted before it arrived.
+ * genuine datagram is refused only when more than RP_REPLAY_RECENT newer
+ * control datagrams of its source were accepted before it arrived.
  *
  * Bounded: at most `cap` entries; a new source beyond it evicts the least
  * recently used entry (counted).  Only datagrams with a valid MAC reach
