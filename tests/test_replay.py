@@ -62,7 +62,8 @@ def control_datagram(a, type_):
     return out[0]
 
 
-@pytest.mark.parametrize("type_", [T.JOIN, T.LEAVE, T.GAPNOTE, T.GOSSIP, T.RTX, T.GCNOTE, T.LOGACK])
+@pytest.mark.parametrize("type_", [T.JOIN, T.LEAVE, T.GAPNOTE, T.GOSSIP, T.RTX, T.GCNOTE, T.LOGACK],
+                         ids=lambda t: t.name)
 def test_a_captured_control_datagram_replayed_verbatim_is_dropped_and_counted(tmp_path, type_):
     a, b = engine(tmp_path, 1, 10_000), engine(tmp_path, 2, 20_000)
     d = control_datagram(a, type_)
