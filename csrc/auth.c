@@ -28,6 +28,18 @@ struct rp_auth {
     uint32_t arena_cur;
     size_t arena_off;
     uint64_t arena_full;
+    /* signatures: own private key (or NULL), public keys by node id */
+    EVP_PKEY *own;
+    uint32_t npub;
+    uint32_t *pub_id;
+    EVP_PKEY **pub;
+    /* one context and scratch per direction, like the MAC's: sealing (the
+     * sending thread) and opening (the receiving one) may run at once */
+    EVP_MD_CTX *md_sign, *md_verify;
+    uint8_t *msg_sign, *msg_verify;     /* the signed bytes, laid out contiguously */
+    uint64_t signatures;
+    rp_replay_t replay_signed;  /* signed datagrams' counters: a key holder
+                                   forging a source cannot move them */
 };
 
 static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, int enc) {
@@ -50,6 +62,11 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
     if (!a)
         return NULL;
     if (rp_replay_init(&a->replay, 0)) {
+        free(a);
+        return NULL;
+    }
+    if (rp_replay_init(&a->replay_signed, 0)) {
+        rp_replay_free(&a->replay);
         free(a);
         return NULL;
     }
@@ -82,7 +99,108 @@ void rp_auth_free(rp_auth_t *a) {
     for (int k = 0; k < RP_AUTH_ARENA_CHUNKS; k++)
         free(a->arena[k]);
     rp_replay_free(&a->replay);
+    rp_replay_free(&a->replay_signed);
+    EVP_PKEY_free(a->own);
+    for (uint32_t k = 0; k < a->npub; k++)
+        EVP_PKEY_free(a->pub[k]);
+    free(a->pub);
+    free(a->pub_id);
+    EVP_MD_CTX_free(a->md_sign);
+    EVP_MD_CTX_free(a->md_verify);
+    free(a->msg_sign);
+    free(a->msg_verify);
     free(a);
+}
+
+int rp_auth_authority(uint8_t t) {
+    return t == RP_T_JOIN || t == RP_T_LEAVE || t == RP_T_MEMBERS || t == RP_T_GAPNOTE ||
+           t == RP_T_GCNOTE || t == RP_T_LOGACK;
+}
+
+int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub) {
+    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, priv, RP_AUTH_SIG_KEY);
+    size_t n = RP_AUTH_SIG_KEY;
+    int ok = k && EVP_PKEY_get_raw_public_key(k, pub, &n) == 1 && n == RP_AUTH_SIG_KEY;
+    EVP_PKEY_free(k);
+    return ok ? 0 : -1;
+}
+
+int rp_auth_set_signing(rp_auth_t *a, const uint8_t *priv, uint32_t n, const uint32_t *ids,
+                        const uint8_t *pubs) {
+    if (a->md_sign || (!priv && !n))
+        return -1;                      /* once per context */
+    for (uint32_t k = 1; k < n; k++)
+        if (ids[k] <= ids[k - 1])
+            return -1;
+    a->md_sign = EVP_MD_CTX_new();
+    a->md_verify = EVP_MD_CTX_new();
+    a->msg_sign = (uint8_t *)malloc(RP_WIRE_MAX_DGRAM + RP_AUTH_TRAILER);
+    a->msg_verify = (uint8_t *)malloc(RP_WIRE_MAX_DGRAM + RP_AUTH_TRAILER);
+    a->pub_id = (uint32_t *)calloc(n ? n : 1, sizeof(uint32_t));
+    a->pub = (EVP_PKEY **)calloc(n ? n : 1, sizeof(EVP_PKEY *));
+    if (!a->md_sign || !a->md_verify || !a->msg_sign || !a->msg_verify || !a->pub_id || !a->pub)
+        return -1;
+    if (priv && !(a->own = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, priv, RP_AUTH_SIG_KEY)))
+        return -1;
+    for (uint32_t k = 0; k < n; k++) {
+        a->pub[k] = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pubs + (size_t)k * RP_AUTH_SIG_KEY,
+                                                RP_AUTH_SIG_KEY);
+        if (!a->pub[k])
+            return -1;
+        a->pub_id[k] = ids[k];
+        a->npub = k + 1;
+    }
+    return 0;
+}
+
+int rp_auth_verifying(const rp_auth_t *a) { return a->npub > 0; }
+uint64_t rp_auth_signatures(const rp_auth_t *a) { return a->signatures; }
+
+/* Whether the messages of buf[RP_DG_HDR, end) include an authority-bearing
+ * one (the datagram is our own, well formed: the outbox built it). */
+static int carries_authority(const uint8_t *buf, size_t end) {
+    size_t o = RP_DG_HDR;
+    while (o + RP_MSG_HDR <= end) {
+        if (rp_auth_authority(buf[o]))
+            return 1;
+        o += RP_MSG_HDR + rp_ld16(buf + o + 2);
+    }
+    return 0;
+}
+
+/* The signed bytes of a datagram with a signed trailer: everything before
+ * the signature (header, messages, signer id) and the trailer's key id and
+ * counter, copied contiguously (Ed25519 signs one buffer).  Returns n. */
+static size_t sig_message(uint8_t *out, const uint8_t *buf, size_t len) {
+    size_t head = len - RP_AUTH_SIGNED_TRAILER + 4;
+    memcpy(out, buf, head);
+    memcpy(out + head, buf + len - RP_AUTH_TRAILER, 9);
+    return head + 9;
+}
+
+int rp_auth_sig_ok(rp_auth_t *a, const uint8_t *buf, size_t len, uint32_t source) {
+    if (!(buf[3] & RP_DGF_SIG) || rp_ld16(buf + 18) != RP_AUTH_SIGNED_TRAILER ||
+        len < RP_DG_HDR + RP_AUTH_SIGNED_TRAILER)
+        return 0;
+    const uint8_t *s = buf + len - RP_AUTH_SIGNED_TRAILER;
+    if (rp_ld32(s) != source)
+        return 0;
+    uint32_t lo = 0, hi = a->npub;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (a->pub_id[mid] < source)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == a->npub || a->pub_id[lo] != source)
+        return 0;
+    size_t n = sig_message(a->msg_verify, buf, len);
+    /* reset: a context reused with another key kept state from the last
+     * one-shot operation (OpenSSL 3.0; seen as valid signatures refused) */
+    EVP_MD_CTX_reset(a->md_verify);
+    return EVP_DigestVerifyInit(a->md_verify, NULL, NULL, NULL, a->pub[lo]) == 1 &&
+           EVP_DigestVerify(a->md_verify, s + 4, 64, a->msg_verify, n) == 1;
 }
 
 void rp_auth_set_encrypt(rp_auth_t *a, int on) { a->encrypt = !!on; }
@@ -133,8 +251,22 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
     uint64_t ctr = a->counter++;
     t[0] = a->id[0];
     rp_st64(t + 1, ctr);
+    if (a->encrypt)
+        buf[3] |= RP_DGF_ENC;           /* before: the header is authenticated (and signed) */
+    if (a->own && rp_ld16(buf + 18) == RP_AUTH_SIGNED_TRAILER &&
+        carries_authority(buf, len - RP_AUTH_SIGNED_TRAILER)) {
+        uint8_t *s = buf + len - RP_AUTH_SIGNED_TRAILER;
+        size_t sl = 64;
+        buf[3] |= RP_DGF_SIG;
+        rp_st32(s, rp_ld32(buf + 8));
+        size_t n = sig_message(a->msg_sign, buf, len);
+        EVP_MD_CTX_reset(a->md_sign);
+        if (EVP_DigestSignInit(a->md_sign, NULL, NULL, NULL, a->own) != 1 ||
+            EVP_DigestSign(a->md_sign, s + 4, &sl, a->msg_sign, n) != 1 || sl != 64)
+            return -1;
+        a->signatures++;
+    }
     if (a->encrypt) {
-        buf[3] |= RP_DGF_ENC;           /* before: the header is authenticated */
         if (gcm_seal(a->seal, buf, len, ctr, t + 9))
             return -1;
     } else if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9)) {
@@ -178,8 +310,9 @@ static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *buf, size_t len, uint8_t *
 
 int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
                  const uint8_t **plain) {
-    if (len < RP_DG_HDR + RP_AUTH_TRAILER || !(buf[3] & RP_DGF_MAC) ||
-        rp_ld16(buf + 18) != RP_AUTH_TRAILER)
+    uint16_t ml = len >= RP_DG_HDR ? rp_ld16(buf + 18) : 0;
+    if (len < RP_DG_HDR + ml || !(buf[3] & RP_DGF_MAC) ||
+        (ml != RP_AUTH_TRAILER && ml != RP_AUTH_SIGNED_TRAILER))
         return -1;
     const uint8_t *t = buf + len - RP_AUTH_TRAILER;
     for (int k = 0; k < a->nkeys; k++) {
@@ -219,7 +352,11 @@ int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len) {
 
 int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len) {
     const uint8_t *t = buf + len - RP_AUTH_TRAILER;
-    return rp_replay_check(&a->replay, rp_ld32(buf + 8), t[0], rp_ld64(t + 1));
+    /* a signed datagram (its signature checked first, node.c) has its own
+     * window: unsigned datagrams a key holder forges in the signer's name
+     * cannot push the signer's counters below the floor */
+    rp_replay_t *r = (buf[3] & RP_DGF_SIG) && a->npub ? &a->replay_signed : &a->replay;
+    return rp_replay_check(r, rp_ld32(buf + 8), t[0], rp_ld64(t + 1));
 }
 
 uint64_t rp_auth_sealed(const rp_auth_t *a) { return a->sealed; }

@@ -46,6 +46,9 @@
 #define RP_AUTH_TAG_LEN   16
 #define RP_AUTH_TRAILER   25        /* key id, counter, tag */
 #define RP_AUTH_MAX_KEYS  2
+#define RP_AUTH_SIG_BLOCK 68        /* u32 signer node id, 64-byte Ed25519 signature */
+#define RP_AUTH_SIGNED_TRAILER (RP_AUTH_SIG_BLOCK + RP_AUTH_TRAILER)
+#define RP_AUTH_SIG_KEY   32        /* Ed25519 private seed and public key */
 
 typedef struct rp_auth rp_auth_t;
 
@@ -81,6 +84,26 @@ int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len);
 /* Seal with the body encrypted (on) or MAC only (off, the default). */
 void rp_auth_set_encrypt(rp_auth_t *a, int on);
 int rp_auth_encrypting(const rp_auth_t *a);
+
+/* Signatures (docs/security.md, "Identity among key holders"): with a
+ * private key, every datagram is sealed with RP_AUTH_SIGNED_TRAILER bytes
+ * of room (the caller reserves them) and one that carries an
+ * authority-bearing message (rp_auth_authority) also gets RP_DGF_SIG and
+ * an Ed25519 signature over the header, the messages, the signer id and
+ * the trailer's key id and counter -- then the MAC (or encryption) over
+ * all of it.  With public keys (n of them, ids ascending), the node
+ * verifies: rp_auth_sig_ok.  priv may be NULL (verify only).  0 or -1. */
+int rp_auth_set_signing(rp_auth_t *a, const uint8_t *priv, uint32_t n, const uint32_t *ids,
+                        const uint8_t *pubs);
+int rp_auth_verifying(const rp_auth_t *a);
+/* Whether a message type carries authority (JOIN, LEAVE, MEMBERS,
+ * GAPNOTE, GCNOTE, LOGACK). */
+int rp_auth_authority(uint8_t type);
+/* 1 if buf (opened, parsed) carries a valid signature by `source`. */
+int rp_auth_sig_ok(rp_auth_t *a, const uint8_t *buf, size_t len, uint32_t source);
+/* The public key of an Ed25519 private seed: 0 or -1. */
+int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub);
+uint64_t rp_auth_signatures(const rp_auth_t *a);
 
 uint64_t rp_auth_sealed(const rp_auth_t *a);
 const rp_replay_t *rp_auth_replay(const rp_auth_t *a);

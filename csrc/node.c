@@ -756,6 +756,19 @@ static int rx_replayed(rp_node_t *n, const rp_dghdr_t *h, const uint8_t *buf, si
     return 0;
 }
 
+/* A node with public keys (auth.h, signatures) takes an authority-bearing
+ * message -- and any datagram that claims a signature -- only with a valid
+ * Ed25519 signature of the datagram's source.  Checked before the replay
+ * window, so a forgery never moves the signer's window. */
+static int rx_unsigned(rp_node_t *n, const rp_dghdr_t *h, const uint8_t *buf, size_t len) {
+    if (!rp_auth_verifying(n->auth))
+        return 0;
+    int need = (buf[3] & RP_DGF_SIG) != 0;
+    for (size_t i = 0; i < h->count && !need; i++)
+        need = rp_auth_authority(n->mv[i].type);
+    return need && !rp_auth_sig_ok(n->auth, buf, len, h->source);
+}
+
 int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64_t now) {
     rp_dghdr_t h;
     n->c[RP_C_RX_DGRAMS]++;
@@ -798,6 +811,11 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
             n->c[RP_C_RX_BAD]++;
             return RP_WR_NOT_OWN;
         }
+    }
+    if (n->auth && RP_UNLIKELY(rx_unsigned(n, &h, buf, len))) {
+        n->rx_reason[RP_WR_SIG]++;
+        n->c[RP_C_RX_BAD]++;
+        return RP_WR_SIG;
     }
     if (n->auth && RP_UNLIKELY(rx_replayed(n, &h, buf, len))) {
         n->rx_reason[RP_WR_REPLAY]++;

@@ -169,6 +169,32 @@ cdef class Node:
         rp_out_flush(&self.n.out)      # open datagrams were begun unencrypted
         rp_auth_set_encrypt(self.n.auth, on)
 
+    def set_signing(self, priv, pubs):
+        """Sign authority-bearing datagrams with the Ed25519 private seed
+        ``priv`` (32 bytes, or None: verify only) and verify them against
+        ``pubs`` ({node id: 32-byte public key}); needs set_auth first, once.
+        Every datagram then reserves the signature block (68 bytes)."""
+        cdef bytes mat, pk
+        cdef cnp.ndarray[cnp.uint32_t, ndim=1] idv
+        if self.n.auth == NULL:
+            raise ValueError("signatures need a key (set_auth first)")
+        ids = sorted(pubs)
+        mat = b"".join(bytes(pubs[i]) for i in ids)
+        if any(len(bytes(pubs[i])) != RP_AUTH_SIG_KEY for i in ids) or \
+                (priv is not None and len(bytes(priv)) != RP_AUTH_SIG_KEY):
+            raise ValueError("Ed25519 keys are 32 bytes")
+        idv = np.array(ids or [0], dtype=np.uint32)
+        pk = bytes(priv) if priv is not None else b""
+        rp_out_flush(&self.n.out)      # open datagrams were sized for the old trailer
+        if rp_auth_set_signing(self.n.auth, <const uint8_t *>pk if priv is not None else NULL,
+                               len(ids), <const uint32_t *>idv.data, <const uint8_t *>mat) != 0:
+            raise ValueError("the crypto library refused the Ed25519 keys (or signing was set before)")
+        self.n.out.mac_room = RP_AUTH_SIGNED_TRAILER
+
+    @property
+    def signatures(self):
+        return rp_auth_signatures(self.n.auth) if self.n.auth != NULL else 0
+
     @property
     def encrypting(self):
         return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
@@ -1112,3 +1138,12 @@ cdef class Deliveries:
         """(count, senders, incs, seqs, labels, rx_times, offs, lens), k long."""
         return (k, self.senders[:k], self.incs[:k], self.seqs[:k], self.labels[:k],
                 self.rx_times[:k], self.offs[:k], self.lens[:k])
+
+
+def ed25519_public(priv):
+    """The Ed25519 public key (32 bytes) of a 32-byte private seed."""
+    cdef bytes p = bytes(priv)
+    cdef uint8_t out[32]
+    if len(p) != 32 or rp_auth_ed25519_public(<const uint8_t *>p, out) != 0:
+        raise ValueError("an Ed25519 private seed is 32 bytes")
+    return bytes(out[:32])
