@@ -6,7 +6,7 @@
 const char *const rp_wire_reason_names[RP_WR__COUNT] = {
     "ok", "short", "oversize", "magic", "version", "dflags", "mac", "count",
     "msg_trunc", "body_trunc", "trailing", "type", "flags", "body", "seq",
-    "group", "auth", "not_own",
+    "group", "auth", "not_own", "replay", "sig",
 };
 
 const char *const rp_wire_type_names[RP_T__COUNT] = {
@@ -221,7 +221,7 @@ int rp_wire_parse(const uint8_t *buf, size_t len, size_t max_len, rp_dghdr_t *h,
     if (h->version != RP_WIRE_VERSION)
         return RP_WR_VERSION;
     h->dflags = buf[3];
-    if (h->dflags & ~RP_DGF_KNOWN)
+    if ((h->dflags & ~RP_DGF_KNOWN) || ((h->dflags & (RP_DGF_ENC | RP_DGF_SIG)) && !(h->dflags & RP_DGF_MAC)))
         return RP_WR_DFLAGS;
     h->group = rp_ld32(buf + 4);
     h->source = rp_ld32(buf + 8);

@@ -20,12 +20,14 @@
 #define RP_DG_HDR          24
 #define RP_MSG_HDR         24
 #define RP_WIRE_MAX_DGRAM  65507        /* largest UDP/IPv4 payload */
-#define RP_WIRE_MAX_MAC    64
+#define RP_WIRE_MAX_MAC    128
 #define RP_WIRE_MAX_MSGS   2730         /* bound for arrays; at most (65507-24)/24 = 2728 fit */
 
 /* Datagram flags. */
 #define RP_DGF_MAC         0x01         /* MAC trailer of mac_len bytes */
-#define RP_DGF_KNOWN       0x01
+#define RP_DGF_ENC         0x02         /* body encrypted under the MAC's key (auth.h); with MAC only */
+#define RP_DGF_SIG         0x04         /* Ed25519 signature block before the MAC trailer (auth.h); with MAC only */
+#define RP_DGF_KNOWN       0x07
 
 /* Message types. */
 enum {
@@ -191,6 +193,8 @@ enum {
     RP_WR_AUTH,         /* MAC check failed (counted by the engine) */
     RP_WR_NOT_OWN,      /* DATA or HEARTBEAT of a stream not the datagram source's own
                            (counted by the engine) */
+    RP_WR_REPLAY,       /* a keyed control datagram whose counter was seen (replay.h) */
+    RP_WR_SIG,          /* an authority-bearing message without a valid signature of its source */
     RP_WR__COUNT
 };
 

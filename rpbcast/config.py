@@ -245,6 +245,15 @@ class Config:
     # datagram carry an AES-128-GMAC and drops every one without a valid MAC.
     # None: unkeyed (any host that can reach the group's ports is trusted).
     key_file: Optional[str] = None
+    # encrypt the body of every datagram under the group key (AES-128-GCM,
+    # the same one seal per datagram); needs key_file.  Payloads and control
+    # contents are then unreadable without the key; headers stay clear.
+    encrypt: bool = False
+    # sign authority-bearing control messages (JOIN, LEAVE, MEMBERS, GAPNOTE,
+    # GCNOTE, LOGACK) with this node's Ed25519 key and take them only with a
+    # valid signature of their source: key holders cannot speak in another
+    # member's name.  Needs key_file with a `sign` line and `pub` lines.
+    signed: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -424,6 +433,14 @@ class Config:
             need(isinstance(self.key_file, (str, bytes)) or hasattr(self.key_file, "__fspath__"),
                  f"key_file must be a path, got {self.key_file!r}")
             read_key_file(self.key_file)
+        need(isinstance(self.encrypt, bool), f"encrypt must be True or False, got {self.encrypt!r}")
+        need(not self.encrypt or self.key_file is not None, "encrypt needs key_file (the group key)")
+        need(isinstance(self.signed, bool), f"signed must be True or False, got {self.signed!r}")
+        if self.signed:
+            need(self.key_file is not None, "signed needs key_file (with 'sign' and 'pub' lines)")
+            priv, pubs = read_signing_keys(self.key_file)
+            need(priv is not None, f"signed: key_file {self.key_file} has no 'sign <64 hex digits>' line")
+            need(bool(pubs), f"signed: key_file {self.key_file} has no 'pub <node id> <64 hex digits>' line")
         return self
 
     def _validate_atomic(self, need):
@@ -509,8 +526,8 @@ def read_key_file(path) -> list:
     keys = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
+        if not line or line.split()[0] in ("sign", "pub"):
+            continue                    # signature keys: read_signing_keys
         parts = line.split()
         if len(parts) != 2:
             raise bad(f"line {n}: expected '<key id> <32 hex digits>'")
@@ -530,6 +547,47 @@ def read_key_file(path) -> list:
     if not 1 <= len(keys) <= 2:
         raise bad(f"needs one key, or two during a roll-over; found {len(keys)}")
     return keys
+
+
+def read_signing_keys(path):
+    """The Ed25519 keys in a key file (docs/security.md, "Identity among
+    key holders"): (this node's private seed or None, {node id: public
+    key}) from the lines ``sign <64 hex digits>`` (at most one) and ``pub
+    <node id> <64 hex digits>``.  A bad line is a ConfigError naming
+    key_file."""
+    def bad(why):
+        return ConfigError(f"key_file {path}: {why}")
+    try:
+        with open(path, "r", encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from None
+    priv, pubs = None, {}
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts or parts[0] not in ("sign", "pub"):
+            continue
+        try:
+            if parts[0] == "sign" and len(parts) == 2:
+                if priv is not None:
+                    raise bad(f"line {n}: a second 'sign' line")
+                priv = bytes.fromhex(parts[1])
+                key = priv
+            elif parts[0] == "pub" and len(parts) == 3:
+                nid = int(parts[1], 10)
+                key = bytes.fromhex(parts[2])
+                if not 0 < nid < 2**32 - 2:
+                    raise bad(f"line {n}: node id must be 1..2^32-3, got {nid}")
+                if nid in pubs:
+                    raise bad(f"line {n}: node {nid} has two public keys")
+                pubs[nid] = key
+            else:
+                raise ValueError
+        except ValueError:
+            raise bad(f"line {n}: expected 'sign <64 hex digits>' or 'pub <node id> <64 hex digits>'") from None
+        if len(key) != 32:
+            raise bad(f"line {n}: an Ed25519 key is 32 bytes (64 hex digits), got {len(key)}")
+    return priv, pubs
 
 
 def read_toml(path) -> dict:

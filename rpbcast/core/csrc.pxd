@@ -230,6 +230,8 @@ cdef extern from "wire.h" nogil:
         RP_WIRE_MAX_MAC
         RP_WIRE_MAX_MSGS
         RP_DGF_MAC
+        RP_DGF_ENC
+        RP_DGF_SIG
         RP_SEC_HDR
         RP_GOSSIP_FIXED
         RP_MEMBER_ENTRY
@@ -349,6 +351,7 @@ cdef extern from "outbox.h" nogil:
         uint32_t mtu
         uint64_t n_dgrams, n_bytes
         size_t reply_cap
+        uint32_t mac_room
         rp_addrcheck_t *ac
         uint64_t drop_full_msgs, drop_full_bytes
     int rp_out_set_addrcheck(rp_outbox_t *o, double factor)
@@ -737,3 +740,22 @@ cdef extern from "loop.h" nogil:
                                      const uint64_t *labels, size_t count, uint32_t stream)
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)
+
+
+cdef extern from "auth.h" nogil:
+    # replay.h, through the keyed node's auth context
+    ctypedef struct rp_replay_t:
+        uint32_t cap, n
+        uint64_t accepted, refused, evicted
+    void rp_auth_set_encrypt(rp_auth_t *a, int on)
+    int rp_auth_encrypting(const rp_auth_t *a)
+    uint64_t rp_auth_sealed(const rp_auth_t *a)
+    const rp_replay_t *rp_auth_replay(const rp_auth_t *a)
+    uint64_t rp_auth_arena_full(const rp_auth_t *a)
+    int RP_AUTH_SIGNED_TRAILER
+    int RP_AUTH_SIG_KEY
+    int rp_auth_set_signing(rp_auth_t *a, const uint8_t *priv, uint32_t n, const uint32_t *ids,
+                            const uint8_t *pubs)
+    int rp_auth_verifying(const rp_auth_t *a)
+    int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub)
+    uint64_t rp_auth_signatures(const rp_auth_t *a)

@@ -160,6 +160,58 @@ cdef class Node:
                             <const uint8_t *>mat if keys else NULL, len(keys), counter0) != RP_OK:
             raise ValueError("the crypto library refused the keys (or two keys share an id)")
 
+    def set_encrypt(self, bint on):
+        """Encrypt the body of every datagram sent (AES-128-GCM under the
+        sending key, auth.h); needs set_auth first.  Received datagrams are
+        decrypted whether or not this is on."""
+        if self.n.auth == NULL:
+            raise ValueError("encryption needs a key (set_auth first)")
+        rp_out_flush(&self.n.out)      # open datagrams were begun unencrypted
+        rp_auth_set_encrypt(self.n.auth, on)
+
+    def set_signing(self, priv, pubs):
+        """Sign authority-bearing datagrams with the Ed25519 private seed
+        ``priv`` (32 bytes, or None: verify only) and verify them against
+        ``pubs`` ({node id: 32-byte public key}); needs set_auth first, once.
+        Every datagram then reserves the signature block (68 bytes)."""
+        cdef bytes mat, pk
+        cdef cnp.ndarray[cnp.uint32_t, ndim=1] idv
+        if self.n.auth == NULL:
+            raise ValueError("signatures need a key (set_auth first)")
+        ids = sorted(pubs)
+        mat = b"".join(bytes(pubs[i]) for i in ids)
+        if any(len(bytes(pubs[i])) != RP_AUTH_SIG_KEY for i in ids) or \
+                (priv is not None and len(bytes(priv)) != RP_AUTH_SIG_KEY):
+            raise ValueError("Ed25519 keys are 32 bytes")
+        idv = np.array(ids or [0], dtype=np.uint32)
+        pk = bytes(priv) if priv is not None else b""
+        rp_out_flush(&self.n.out)      # open datagrams were sized for the old trailer
+        if rp_auth_set_signing(self.n.auth, <const uint8_t *>pk if priv is not None else NULL,
+                               len(ids), <const uint32_t *>idv.data, <const uint8_t *>mat) != 0:
+            raise ValueError("the crypto library refused the Ed25519 keys (or signing was set before)")
+        self.n.out.mac_room = RP_AUTH_SIGNED_TRAILER
+
+    @property
+    def signatures(self):
+        return rp_auth_signatures(self.n.auth) if self.n.auth != NULL else 0
+
+    @property
+    def encrypting(self):
+        return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
+
+    def auth_stats(self):
+        """A keyed node's MAC and replay counters ({} unkeyed): datagrams
+        sealed, the replay table's sources (and its bound), control
+        datagrams accepted and refused as replays, sources evicted at the
+        bound, and datagrams dropped because the plaintext buffers were full."""
+        if self.n.auth == NULL:
+            return {}
+        cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
+        return {"sealed": rp_auth_sealed(self.n.auth), "replay_sources": r.n,
+                "replay_sources_max": r.cap, "replay_fresh": r.accepted,
+                "replay_refused": r.refused, "replay_evicted": r.evicted,
+                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth)}
+
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
         self.log = log
@@ -1101,3 +1153,12 @@ cdef class Deliveries:
         """(count, senders, incs, seqs, labels, rx_times, offs, lens), k long."""
         return (k, self.senders[:k], self.incs[:k], self.seqs[:k], self.labels[:k],
                 self.rx_times[:k], self.offs[:k], self.lens[:k])
+
+
+def ed25519_public(priv):
+    """The Ed25519 public key (32 bytes) of a 32-byte private seed."""
+    cdef bytes p = bytes(priv)
+    cdef uint8_t out[32]
+    if len(p) != 32 or rp_auth_ed25519_public(<const uint8_t *>p, out) != 0:
+        raise ValueError("an Ed25519 private seed is 32 bytes")
+    return bytes(out[:32])

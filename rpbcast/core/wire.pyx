@@ -58,6 +58,8 @@ F_VECTOR = RP_MF_VECTOR            # HBLIST
 F_LOST = RP_MF_LOST                # GAPNOTE
 F_VOTERS = RP_MF_VOTERS            # ATOMIC
 DGF_MAC = RP_DGF_MAC
+DGF_ENC = RP_DGF_ENC
+DGF_SIG = RP_DGF_SIG
 
 
 def reason_names():

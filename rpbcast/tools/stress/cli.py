@@ -36,6 +36,8 @@ def add_parsers(sub):
                    help="receivers' loop threads spin instead of sleeping in epoll (latency; burns a core each)")
     p.add_argument("--key-file", default=None,
                    help="group key file: every datagram carries a MAC (docs/security.md)")
+    p.add_argument("--encrypt", action="store_true",
+                   help="with --key-file: encrypt every datagram's body (Config.encrypt)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
