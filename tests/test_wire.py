@@ -44,6 +44,8 @@ def reencode(data):
     out = b.finish()
     if h.mac_len:
         out = with_mac(out, data[len(data) - h.mac_len:])
+        # the ENC/SIG flags ride with the MAC (the check, not parse, reads them)
+        out = out[:3] + data[3:4] + out[4:]
     return out
 
 

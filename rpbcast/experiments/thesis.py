@@ -32,6 +32,9 @@ Two things to know about rpbcast here, both explained in the write-up:
   engine's default (5 ms, tuned for LAN latencies) declares a 20 packet/s
   Poisson sender idle after almost every packet and multiplies heartbeat
   signature traffic (Figs. 7-6 and 7-7 show that default as a variant).
+  For the same reason the engine's tail-loss probe (a heartbeat 0.2 ms
+  after a lone send, ``Config.tail_probe``) is off: the thesis has none,
+  and it would add a heartbeat after almost every packet here.
 * A logger that also sends (§7.2: all 18 members send, the logger's node
   included) logs its own messages and never pulls its own stream; both were
   bugs found by these experiments and fixed in the engine (the write-up's
@@ -101,6 +104,7 @@ BASE = {
     "selection": "linear",
     "logger_rtx_interval": 0.25,
     "idle_after": 0.25,
+    "tail_probe": 0.0,           # the thesis has no tail-loss probe (below)
 }
 NOMINAL_LOSS = 0.01
 
