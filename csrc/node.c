@@ -790,6 +790,9 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
             break;
         case RP_T_PAD:
             break;
+        case RP_T_FLOWACK:
+            rp_flowack_rx(n, m, &h, src, now);
+            break;
         default:
             ctl_push(n, m, &h, src);
         }
