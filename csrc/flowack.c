@@ -88,6 +88,16 @@ void rp_flowack_rx(rp_node_t *n, const rp_msgview_t *m, const rp_dghdr_t *h, uin
         e->heard = now;
         e->behind_since = 0;
         f->moved = 1;
+        if (f->last_move) {
+            uint64_t us = (uint64_t)(now > f->last_move ? now - f->last_move : 0) / 1000;
+            int b = 0;
+            while (us > 1 && b < 15) {
+                us >>= 1;
+                b++;
+            }
+            f->gap_hist[b]++;
+        }
+        f->last_move = now;
     }
 }
 

@@ -48,6 +48,10 @@ typedef struct rp_flowack {
     int active;           /* some member counts (the frontier binds) */
     int moved;            /* acknowledgments moved since the last batch end */
     uint64_t n_tx, n_rx, n_rejected, n_stale;
+    /* sender side: time between acknowledgments that moved the frontier,
+     * bucket b: [2^b, 2^(b+1)) microseconds (0: < 2 us, 15: >= 32 ms) */
+    int64_t last_move;
+    uint64_t gap_hist[16];
 } rp_flowack_t;
 
 int  rp_flowack_init(rp_flowack_t *f, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns);

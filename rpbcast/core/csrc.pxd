@@ -486,6 +486,7 @@ cdef extern from "flowack.h" nogil:
         uint64_t front
         int active
         uint64_t n_tx, n_rx, n_rejected, n_stale
+        uint64_t gap_hist[16]
     int RP_FLOWACK_MAX_MEMBERS
 
 cdef extern from "node.h" nogil:

@@ -186,6 +186,7 @@ cdef class Node:
                 "front": self.flow.front, "room": None if room == 0xFFFFFFFFFFFFFFFF else room,
                 "acks_sent": self.flow.n_tx, "acks_received": self.flow.n_rx,
                 "acks_rejected": self.flow.n_rejected, "stale": self.flow.n_stale,
+                "ack_gap_us_log2": [self.flow.gap_hist[i] for i in range(16)],
                 "members": [(self.flow.m[i].id, self.flow.m[i].inc, bool(self.flow.m[i].counts),
                              self.flow.m[i].front, self.flow.m[i].sent) for i in range(self.flow.n)]}
 
