@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--case", action="append", default=None,
                     help="stress arguments of one case (a quoted string; repeatable)")
+    ap.add_argument("--b-extra", default="",
+                    help="stress arguments for B only (an option A does not have, e.g. \"--flow-window 8192\")")
     ap.add_argument("stress", nargs=argparse.REMAINDER, help="-- then rpbcast stress arguments")
     o = ap.parse_args()
     cases = o.case if o.case is not None else [" ".join(a for a in o.stress if a != "--")]
@@ -72,7 +74,7 @@ def main():
     for k in range(o.reps):
         for c in cases:
             for side, tree in (("A", o.a), ("B", o.b)):
-                r = run(tree, c.split())
+                r = run(tree, c.split() + (o.b_extra.split() if side == "B" else []))
                 r["load"] = round(os.getloadavg()[0], 1)
                 res[c][side].append(r)
                 print(f"rep {k} [{c}] {side}: {r}", flush=True)
