@@ -162,7 +162,7 @@ class Config:
     # crashed receiver must not stop the sender; reliability is the release
     # strategy's business, not this window's).  0 = off.  The default is
     # measured: docs/performance.md, "Bounded queueing".
-    flow_window: int = 4096
+    flow_window: int = 8192
     flow_ack_every: int = 0               # 0: flow_window / 8
     flow_ack_timeout: float = 0.1
 
