@@ -133,6 +133,7 @@ int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now) {
     rp_flowack_t *f = n->flowack;
     if (!f)
         return 0;
+    f->n_batches++;
     for (uint32_t i = 0; i < f->n; i++) {
         rp_flowmember_t *e = &f->m[i];
         if (!e->addr || e->id == n->id)

@@ -48,6 +48,7 @@ typedef struct rp_flowack {
     int active;           /* some member counts (the frontier binds) */
     int moved;            /* acknowledgments moved since the last batch end */
     uint64_t n_tx, n_rx, n_rejected, n_stale;
+    uint64_t n_batches;   /* receive batches seen: a data-plane loop drives this node */
     /* sender side: time between acknowledgments that moved the frontier,
      * bucket b: [2^b, 2^(b+1)) microseconds (0: < 2 us, 15: >= 32 ms) */
     int64_t last_move;

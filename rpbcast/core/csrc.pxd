@@ -485,7 +485,7 @@ cdef extern from "flowack.h" nogil:
         int64_t resend_ns, stale_ns
         uint64_t front
         int active
-        uint64_t n_tx, n_rx, n_rejected, n_stale
+        uint64_t n_tx, n_rx, n_rejected, n_stale, n_batches
         uint64_t gap_hist[16]
     int RP_FLOWACK_MAX_MEMBERS
 

@@ -166,6 +166,13 @@ cdef class Node:
             raise MemoryError()
         rp_flowack_update(self.flow, &self.n, now)
 
+    @property
+    def flow_driven(self):
+        """Whether a data-plane loop feeds this node receive batches (the
+        flow window's acknowledgments need one: not the simulator's or the
+        in-memory network's engines)."""
+        return self.flow != NULL and self.flow.n_batches > 0
+
     def flow_refresh(self, int64_t now):
         """Re-judge the window's frontier now (a silent member goes stale)."""
         if self.flow != NULL:

@@ -149,7 +149,9 @@ class FlowWindow:
                                      _ns(min(cfg.flow_report_interval, 0.001)))
 
     def sync(self, now):
-        if not self.on:
+        # only under a data-plane loop (udp): the simulator's thousands of
+        # engines and the in-memory network have no FLOWACKs to wait for
+        if not self.on or not self.node.flow_driven:
             return
         key = (self.members.version, len(self.released))
         if key != self._key:
