@@ -133,8 +133,8 @@ class FlowWindow:
     """The data plane's flow acknowledgments (csrc/flowack.h), set up from
     the configuration and kept in step with the membership: where each
     sender's stream is acknowledged to, and whose acknowledgments hold our
-    flow window (every member in the group but those the release strategy
-    no longer waits for).  The acknowledgments themselves never come here."""
+    flow window (every receiver in the group but those the release strategy
+    no longer waits for; not the loggers).  The acknowledgments themselves never come here."""
 
     def __init__(self, engine, released=None):
         cfg = engine.cfg
@@ -157,7 +157,10 @@ class FlowWindow:
         if key != self._key:
             self._key = key
             released = self.released
-            self.node.flow_set_members([(m.node_id, m.inc, m.addr, m.node_id not in released)
+            # A logger acknowledges (FLOWACK) like anyone, but does not hold
+            # the flow window: what it has not logged send_window bounds
+            # (LOGACK); the flow window is the receivers' queueing.
+            self.node.flow_set_members([(m.node_id, m.inc, m.addr, not m.is_logger and m.node_id not in released)
                                         for m in self.members.active() if m.addr], now)
         else:
             self.node.flow_refresh(now)     # a silent member may have gone stale
