@@ -77,11 +77,13 @@ void rp_flowack_rx(rp_node_t *n, const rp_msgview_t *m, const rp_dghdr_t *h, uin
     /* Only a member's own report, from where the membership says it is,
      * about our current stream, and never beyond what we sent: a forged
      * frontier would open the window (wire.h: DATA's rule, by analogy). */
-    if (!e || !e->counts || e->inc != h->source_inc || e->addr != src || m->sender != n->id ||
+    if (!e || e->inc != h->source_inc || e->addr != src || m->sender != n->id ||
         m->inc != n->inc || m->seq > n->next_seq) {
         f->n_rejected++;
         return;
     }
+    if (!e->counts)
+        return;                         /* a member that does not hold the window (a logger) */
     f->n_rx++;
     if (m->seq > e->front) {
         e->front = m->seq;

@@ -112,6 +112,16 @@ def test_only_a_members_own_report_moves_the_window(acks):
     assert st_["room"] == front                              # LIMIT - (LIMIT - front)
 
 
+def test_a_member_that_does_not_hold_the_window_is_ignored_not_counted_as_forged():
+    s, _r = _pair()
+    s.flow_set_members([(R_ID, R_INC, R_ADDR, True), (3, 1, 1003, False)], 0)   # 3: a logger
+    _publish(s, LIMIT)
+    s.rx(_ack(LIMIT, source=3, source_inc=1), 1003, 1)
+    s.flow_after_batch(False, 1)
+    st_ = s.flow_stats()
+    assert st_["room"] == 0 and st_["acks_rejected"] == 0 and st_["acks_received"] == 0
+
+
 def test_malformed_flowacks_are_rejected_by_the_decoder():
     s, _r = _pair()
     _publish(s, LIMIT)

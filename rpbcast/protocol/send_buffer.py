@@ -141,7 +141,9 @@ class FlowWindow:
         self.node = engine.node
         self.members = engine.members
         self.released = released if released is not None else {}
-        self.on = bool(cfg.flow_window) and hasattr(self.node, "flow_configure")
+        # (a logger does not hold the window: it need not acknowledge)
+        self.on = (bool(cfg.flow_window) and hasattr(self.node, "flow_configure")
+                   and not getattr(engine, "is_logger", False))
         self._key = None
         if self.on:
             every = cfg.flow_ack_every or max(1, cfg.flow_window // 8)
