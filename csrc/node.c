@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "catchup.h"
+#include "flowack.h"
 
 const char *const rp_node_counter_names[RP_C__COUNT] = {
     "sent", "rx_dgrams", "rx_bad", "rx_own", "rx_new", "rx_fill", "rx_dup", "rx_far",
