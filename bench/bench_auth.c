@@ -4,7 +4,12 @@
  * run of 44 such segments, MACed segment by segment) and 96 B (a PING or
  * PONG datagram: what a round trip pays, twice each way).
  *
- *   cc -O2 bench/bench_auth.c -lcrypto -o /tmp/bench_auth && /tmp/bench_auth
+ * With an argument, one part only: "mac" (the candidates above), "encrypt"
+ * (AES-128-GMAC against AES-128-GCM encrypting the datagram in place, as
+ * csrc/auth.c seals with Config.encrypt), "sign" (Ed25519 sign and verify
+ * of a control datagram: the identity design in docs/security.md).
+ *
+ *   cc -O2 bench/bench_auth.c -lcrypto -o /tmp/bench_auth && /tmp/bench_auth [mac|encrypt|sign]
  */
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
@@ -42,6 +47,63 @@ static void chapoly(const uint8_t *p, size_t n, uint64_t ctr) {
     EVP_EncryptFinal_ex(ccp, tag, &ol);
     EVP_CIPHER_CTX_ctrl(ccp, EVP_CTRL_AEAD_GET_TAG, 16, tag);
 }
+/* AES-128-GCM sealing a datagram with its body encrypted in place: the
+ * 24-byte header as additional data, the rest ciphertext. */
+static void gcm_enc(const uint8_t *p, size_t n, uint64_t ctr) {
+    uint8_t iv[12] = {0};
+    memcpy(iv + 4, &ctr, 8);
+    int ol;
+    uint8_t *q = (uint8_t *)p;
+    EVP_EncryptInit_ex(gcm, NULL, NULL, NULL, iv);
+    EVP_EncryptUpdate(gcm, NULL, &ol, q, 24);
+    EVP_EncryptUpdate(gcm, q + 24, &ol, q + 24, (int)n - 24);
+    EVP_EncryptFinal_ex(gcm, tag, &ol);
+    EVP_CIPHER_CTX_ctrl(gcm, EVP_CTRL_GCM_GET_TAG, 16, tag);
+}
+
+/* Ed25519: one-shot sign / verify (no prehash; EVP_DigestSign with a NULL
+ * digest), ns per operation at a control datagram's size. */
+static void ed25519(void) {
+    EVP_PKEY_CTX *kc = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, NULL);
+    EVP_PKEY *k = NULL;
+    if (!kc || EVP_PKEY_keygen_init(kc) != 1 || EVP_PKEY_keygen(kc, &k) != 1) {
+        printf("Ed25519 unavailable\n");
+        return;
+    }
+    uint8_t sig[64];
+    size_t sizes[2] = {96, 1472};
+    for (int s = 0; s < 2; s++) {
+        size_t n = sizes[s], iters = 20000;
+        double best_s = 1e18, best_v = 1e18;
+        for (int rep = 0; rep < 5; rep++) {
+            EVP_MD_CTX *m = EVP_MD_CTX_new();
+            double t0 = now_ns();
+            for (size_t i = 0; i < iters; i++) {
+                size_t sl = sizeof(sig);
+                buf[0] = (uint8_t)i;
+                EVP_DigestSignInit(m, NULL, NULL, NULL, k);
+                EVP_DigestSign(m, sig, &sl, buf, n);
+            }
+            double ps = (now_ns() - t0) / (double)iters;
+            int ok = 0;
+            t0 = now_ns();
+            for (size_t i = 0; i < iters; i++) {
+                EVP_DigestVerifyInit(m, NULL, NULL, NULL, k);
+                ok += EVP_DigestVerify(m, sig, 64, buf, n) == 1;
+            }
+            double pv = (now_ns() - t0) / (double)iters;
+            EVP_MD_CTX_free(m);
+            if (ok != (int)iters)
+                printf("Ed25519: %d of %zu verified\n", ok, iters);
+            if (ps < best_s) best_s = ps;
+            if (pv < best_v) best_v = pv;
+        }
+        printf("Ed25519 %4zu B            sign %7.0f ns   verify %7.0f ns\n", n, best_s, best_v);
+    }
+    EVP_PKEY_free(k);
+    EVP_PKEY_CTX_free(kc);
+}
+
 static EVP_MAC_CTX *mctx;
 static void evpmac(const uint8_t *p, size_t n, uint64_t ctr) {
     size_t ol;
@@ -82,10 +144,22 @@ static EVP_MAC_CTX *mac_ctx(const char *alg, const char *digest, const char *cip
     return c;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *part = argc > 1 ? argv[1] : "all";
+    int all = !strcmp(part, "all");
     for (size_t i = 0; i < sizeof(buf); i++) buf[i] = (uint8_t)(i * 131);
     gcm = EVP_CIPHER_CTX_new();
     EVP_EncryptInit_ex(gcm, EVP_aes_128_gcm(), NULL, key, NULL);
+    if (all || !strcmp(part, "encrypt")) {
+        for (int r = 0; r < 2; r++) {          /* alternating, same run */
+            run("AES-128-GMAC (MAC)", gmac);
+            run("AES-128-GCM (encrypt)", gcm_enc);
+        }
+    }
+    if (all || !strcmp(part, "sign"))
+        ed25519();
+    if (!all && strcmp(part, "mac"))
+        return 0;
     run("AES-128-GMAC (EVP)", gmac);
     EVP_EncryptInit_ex(gcm, EVP_aes_256_gcm(), NULL, key, NULL);
     run("AES-256-GMAC (EVP)", gmac);

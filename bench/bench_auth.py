@@ -2,6 +2,7 @@
 (root: the stress job runs in network namespaces it creates).
 
     python bench/bench_auth.py [--reps 5] [--duration 2] [--json out.json]
+    python bench/bench_auth.py --compare encrypt ...   # MAC only ("off") vs MAC + encryption ("on")
 
 Throughput: 1 sender -> 1 receiver, 64 B messages at max rate, no logger
 (receiver-driven flow control), the receiver's msgs/s, median of the reps
@@ -25,11 +26,13 @@ sys.path.insert(0, HERE)
 from harness import machine  # noqa: E402
 
 
-def stress(duration, key_file, rate=0):
+def stress(duration, key_file, rate=0, encrypt=False):
     args = [sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet", "--size", "64",
             "--receivers", "1", "--loggers", "0", "--duration", str(duration), "--rate", str(rate)]
     if key_file:
         args += ["--key-file", key_file]
+    if encrypt:
+        args += ["--encrypt"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
     try:
         s = json.loads(r.stdout)
@@ -44,13 +47,13 @@ def rate_of(s):
     return s["recv_rate_min"]
 
 
-def round_trip_ns(key_file, n=20000):
+def round_trip_ns(key_file, n=20000, encrypt=False):
     """Per datagram: build (seal) at one engine and receive (verify) at
     another, keyed vs unkeyed: ns per one-way datagram of 16 x 64 B."""
     from rpbcast.config import Config, MemberSpec
     from rpbcast.protocol.engine import Engine
     specs = [MemberSpec(1, 1), MemberSpec(2, 2)]
-    kw = {"key_file": key_file} if key_file else {}
+    kw = {"key_file": key_file, "encrypt": encrypt} if key_file else {}
     a = Engine(Config(node_id=1, members=specs, incarnation=1, flow_control="receivers", **kw), 0,
                mac_counter0=1)
     b = Engine(Config(node_id=2, members=specs, incarnation=1, **kw), 0, mac_counter0=2)
@@ -76,34 +79,52 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--json")
+    ap.add_argument("--compare", choices=["mac", "encrypt"], default="mac",
+                    help="mac: unkeyed (off) vs MAC (on); encrypt: MAC only (off) vs MAC + encryption (on)")
+    ap.add_argument("--no-latency", action="store_true", help="skip the 10 k msgs/s latency runs")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     kf = os.path.join(tmp, "keys")
     with open(kf, "w") as f:
         f.write("1 " + os.urandom(16).hex() + "\n")
+    enc = a.compare == "encrypt"
+
+    def keys(mode):      # (key file, encrypt) of a mode
+        if enc:
+            return kf, mode == "on"
+        return (kf if mode == "on" else None), False
+
     rates = {"off": [], "on": []}
     for rep in range(a.reps):
         for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-            rates[mode].append(rate_of(stress(a.duration, kf if mode == "on" else None)))
+            k, e = keys(mode)
+            rates[mode].append(rate_of(stress(a.duration, k, encrypt=e)))
             print(mode, rates[mode][-1], flush=True)
     lat = {"off": [], "on": []}
-    for rep in range(a.reps):
+    for rep in range(0 if a.no_latency else a.reps):
         for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-            s = stress(a.duration, kf if mode == "on" else None, rate=10000)
+            k, e = keys(mode)
+            s = stress(a.duration, k, rate=10000, encrypt=e)
             lat[mode].append(s["latency_p50"] if s and s.get("exactly_once") else None)
             print("latency", mode, lat[mode][-1], flush=True)
-    lmed = {m: statistics.median([x for x in v if x is not None]) for m, v in lat.items()}
+    lmed = {m: (statistics.median([x for x in v if x is not None]) if any(x is not None for x in v) else None)
+            for m, v in lat.items()}
     rt = {"off": [], "on": []}
     for rep in range(a.reps):
-        for mode in ("off", "on"):
-            rt[mode].append(round_trip_ns(kf if mode == "on" else None))
+        for mode in (("off", "on") if rep % 2 == 0 else ("on", "off")):
+            k, e = keys(mode)
+            rt[mode].append(round_trip_ns(k, encrypt=e))
     med = {m: statistics.median([x for x in v if x is not None]) if any(v) else None for m, v in rates.items()}
     rmed = {m: statistics.median(v) for m, v in rt.items()}
-    res = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    # Each rep ran off and on back to back: the ratio within a rep is what
+    # the shared machine's load drifts least over.
+    pairs = [on / off for on, off in zip(rates["on"], rates["off"]) if on and off]
+    res = {"compare": a.compare, "machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "reps": a.reps, "duration": a.duration, "rates": rates, "rate_median": med,
            "ratio_on_off": (med["on"] / med["off"]) if med["on"] and med["off"] else None,
+           "ratio_per_rep": pairs, "ratio_per_rep_median": statistics.median(pairs) if pairs else None,
            "latency_p50_ns_at_10k": lat, "latency_p50_median_ns": lmed,
-           "latency_p50_added_ns": lmed["on"] - lmed["off"],
+           "latency_p50_added_ns": (lmed["on"] - lmed["off"]) if lmed["on"] and lmed["off"] else None,
            "oneway_ns": rt, "oneway_median_ns": rmed, "oneway_added_ns": rmed["on"] - rmed["off"]}
     print(json.dumps(res, indent=1))
     if a.json:

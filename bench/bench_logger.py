@@ -2,13 +2,14 @@
 
     python bench/bench_logger.py [--json out.json] [--rounds 7] [--perf]
     python bench/bench_logger.py --outage 10 [--outage-rate 50000] [--outage-runs 3]
+    python bench/bench_logger.py --line-rate 5 [--compare ../other-checkout] [-- STRESS ARGS]
 
 Cases, each beside a same-run baseline (alternating, medians of best-of-N):
 
 * rx: 64 B messages of one sender, whole datagrams through the logger's C
-  data plane (parse, gap detection, the store as a cache) with the log
-  attached (append, CRC, index, the write buffer, pwrite when it fills),
-  against the same node without a log.  The difference is what logging
+  data plane (parse, gap detection) with the log attached (append, CRC,
+  index, the write buffer, pwrite when it fills; a logger keeps no copy in
+  its store), against the same node without a log (which stores them).  The difference is what logging
   costs per message; ``--perf`` splits it by function (perf record of this
   case alone, grouped into append / CRC / index / copy / write syscall).
 * fsync: the log's sync after 5 ms worth of messages at 1.5 M msgs/s (what
@@ -24,6 +25,14 @@ Cases, each beside a same-run baseline (alternating, medians of best-of-N):
 (tests/outage.py): one receiver frozen S seconds at 50 k msgs/s, then
 resumed; per run, whether it completed exactly once, how long after the
 heal, and messages served per missing message (root; its own namespace).
+
+``--line-rate N`` runs the issue's goal: the default ``rpbcast stress``
+(1 sender, 2 receivers, 1 logger) against the same run with ``--loggers 0``,
+alternating in one run, N pairs; with ``--compare TREE`` each pair also
+runs TREE's logger (another checkout, its own PYTHONPATH).  Per run: sent
+and slowest-receiver msgs/s, exactly once, and the stores at the end (the
+sender's, the logger's, and the logger's peak); medians and the ratio of
+medians with and without the logger.
 """
 import argparse
 import glob
@@ -303,7 +312,69 @@ def bench_outage(a):
             json.dump({"machine": machine(), "argv": sys.argv, "outage_runs": runs}, f, indent=1)
 
 
+def stress_once(tree, args):
+    """One `rpbcast stress --json` of checkout tree; the figures the
+    line-rate table shows."""
+    import json
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        p = subprocess.run([sys.executable, "-m", "rpbcast", "stress", "--json", *args], cwd=os.path.abspath(tree),
+                           env=env, stdout=f, stderr=subprocess.PIPE, text=True, timeout=600)
+        f.seek(0)
+        try:
+            d = json.load(f)
+        except ValueError:
+            return {"rc": p.returncode, "error": p.stderr[-400:]}
+    loggers = [str(i) for i in range(1, 64) if str(i) in (d.get("buffer_end") or {})][-int(d["loggers"]):] \
+        if d.get("loggers") else []
+    end = d.get("buffer_end") or {}
+    peaks = d.get("buffer_peaks") or {}
+    return {"rc": p.returncode, "sent_rate": round(d["send_rate"]), "recv_rate_min": round(d["recv_rate_min"]),
+            "exactly_once": bool(d.get("exactly_once")), "repairs_logger": d.get("repairs_logger"),
+            "gaps": d.get("gaps"), "flow_control": d.get("flow_control"),
+            "sender_store_end": end.get("1", {}).get("store_entries"),
+            "logger_store_end": [end.get(i, {}).get("store_entries", 0) for i in loggers],
+            # peaks come from progress reports, the end from final stats
+            "logger_store_peak": [max(peaks.get(i, {}).get("store_entries", 0),
+                                      end.get(i, {}).get("store_entries", 0)) for i in loggers],
+            "p99_ms": round(d["latency_p99"] / 1e6, 2) if d.get("latency_p99") else None}
+
+
+def bench_line_rate(a, stress_args):
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    cells = [("logger", here, []), ("no logger", here, ["--loggers", "0"])]
+    if a.compare:
+        cells.append(("other's logger", a.compare, []))
+    runs = {name: [] for name, _, _ in cells}
+    for k in range(a.line_rate):
+        for name, tree, extra in (cells if k % 2 == 0 else cells[::-1]):
+            r = stress_once(tree, [*stress_args, *extra])
+            runs[name].append(r)
+            print(f"pair {k + 1} {name}: {r}", flush=True)
+    med = {}
+    for name in runs:
+        ok = [r for r in runs[name] if "sent_rate" in r]
+        med[name] = {key: float(np.median([r[key] for r in ok])) if ok else None
+                     for key in ("sent_rate", "recv_rate_min")}
+        med[name]["exactly_once"] = f"{sum(r.get('exactly_once', False) for r in runs[name])}/{len(runs[name])}"
+        print(f"median {name}: {med[name]}")
+    base = med["no logger"]
+    for name in runs:
+        if name != "no logger" and med[name]["sent_rate"] and base["sent_rate"]:
+            print(f"{name} / no logger: sent {med[name]['sent_rate'] / base['sent_rate']:.2f}, "
+                  f"slowest receiver {med[name]['recv_rate_min'] / base['recv_rate_min']:.2f}")
+    if a.json:
+        import json
+        with open(a.json, "w") as f:
+            json.dump({"machine": machine(), "argv": sys.argv, "runs": runs, "medians": med}, f, indent=1)
+
+
 def main():
+    argv = sys.argv[1:]
+    stress_args = []
+    if "--" in argv:
+        stress_args = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
     ap = argparse.ArgumentParser()
     ap.add_argument("--json")
     ap.add_argument("--rounds", type=int, default=7)
@@ -312,9 +383,15 @@ def main():
     ap.add_argument("--outage", type=float, help="catch-up after a receiver away this many seconds")
     ap.add_argument("--outage-rate", type=int, default=50_000)
     ap.add_argument("--outage-runs", type=int, default=3)
+    ap.add_argument("--line-rate", type=int, metavar="PAIRS",
+                    help="default stress with and without the logger, alternating, this many pairs")
+    ap.add_argument("--compare", metavar="TREE", help="with --line-rate: also run this checkout's logger")
     ap.add_argument("--rx-loop", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.line_rate:
+        bench_line_rate(a, stress_args)
+        return
     if a.rx_loop:
         rx_loop(a.tmp, a.rx_loop)
         return

@@ -30,11 +30,22 @@ application drives the node with Node.poll), --timestamps, --spin
 (receive without sleeping: poll with timeout 0, only with --inline),
 --loop-receive (Config.app_receive = false: the loop thread receives and
 signals the application, the path before issue 15's step 2), --spin-us N
-(Config.receive_spin_us).  The LOOP line counts, per round trip,
+(Config.receive_spin_us), --no-own-filter (Config.drop_own_copy =
+false: loopback hands the ping its own copy, which wakes it), --loop-cpu N
+(Config.loop_cpu).  The LOOP line counts, per round trip,
 app_signals (loop -> application eventfd hops) and app_rx_dgrams
 (datagrams the application thread received itself).
+
+--loss P (root; on the ping only): the whole ping-pong runs in a network
+namespace of its own whose loopback drops P of the datagrams it delivers
+(iptables statistic on INPUT; a lost ping or echo waits for repair), the
+pong started by the ping; with --hosts the two are separate hosts on a
+veth LAN (per-packet loss).  The EXACT line then says whether every echo
+came exactly once.  bench/loss_latency.py runs it beside a lossless
+baseline.
 """
 import argparse
+import contextlib
 import os
 import struct
 import sys
@@ -61,8 +72,17 @@ def config(node_id, args):
         extra["app_receive"] = False
     if args.spin_us is not None:
         extra["receive_spin_us"] = args.spin_us
-    return Config(node_id=node_id, bind=f"127.0.0.1:{PORTS[node_id]}", group_addr=GROUP,
-                  members=[MemberSpec(i, f"127.0.0.1:{p}") for i, p in PORTS.items()],
+    if args.no_own_filter:
+        extra["drop_own_copy"] = False
+    if args.loop_cpu is not None:
+        extra["loop_cpu"] = args.loop_cpu
+    ips = {PING: "127.0.0.1", PONG: "127.0.0.1"}
+    hosts = os.environ.get("PINGPONG_HOSTS")         # --loss --hosts: each end its own host (eth0)
+    if hosts:
+        ips = dict(zip((PING, PONG), hosts.split(",")))
+        extra.update(interface="eth0", ttl=1)
+    return Config(node_id=node_id, bind=f"{ips[node_id]}:{PORTS[node_id]}", group_addr=GROUP,
+                  members=[MemberSpec(i, f"{ips[i]}:{p}") for i, p in PORTS.items()],
                   flow_control="receivers", timestamps=args.timestamps, member_timeout=3600, **extra)
 
 
@@ -100,7 +120,7 @@ def loop_counters(node):
     lp, sk = d["loop"], d["sock"]
     c = {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
          "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
-    for k in ("app_signals", "app_rx_dgrams"):      # trees with the application's receive
+    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty"):      # trees that count them
         if k in lp:
             c[k] = lp[k]
     return c
@@ -138,7 +158,7 @@ def ping(args):
     warm = max(1, args.count // 10)
     total = warm + args.count
     msg = bytearray(max(args.size, 16))
-    rtt, stages, timeouts = [], [], 0
+    rtt, stages, timeouts, strays = [], [], 0, 0
     time.sleep(0.2)                  # the pong's loop is up (it printed READY before we started)
     c0 = None
     for idx in range(total):
@@ -158,7 +178,8 @@ def ping(args):
             if len(p) < STAMP.size:
                 continue
             i, s0, p_rx, p_app, p_pub = STAMP.unpack_from(p)
-            if i != idx:             # a late echo of a ping that timed out
+            if i != idx:             # a late echo of a ping that timed out, or a duplicate
+                strays += 1
                 continue
             if idx >= warm:
                 rtt.append(t_app - t0)
@@ -178,9 +199,45 @@ def ping(args):
         print("STAGES99 " + " ".join(f"{n}_us={v:.1f}" for n, v in zip(names, st99)), flush=True)
     else:
         q = [float("nan")] * 4
+    exact = len(r) == args.count and not timeouts and not strays
+    print(f"EXACT {'yes' if exact else 'NO'} echoes={len(r)} of {args.count} timeouts={timeouts} "
+          f"strays={strays}", flush=True)
+    if len(r):
+        print(f"TAIL rtt_p999_us={np.percentile(r, 99.9):.1f}", flush=True)
     print(f"RESULT role=ping samples={len(r)} timeouts={timeouts} rtt_min_us={q[0]:.1f} "
           f"rtt_p50_us={q[1]:.1f} rtt_p99_us={q[2]:.1f} rtt_max_us={q[3]:.1f}", flush=True)
     node.close(linger=0)
+
+
+def lossy(args, argv):
+    """Run the pong and this ping in a fresh namespace (or two hosts) with loss."""
+    import subprocess
+    from rpbcast.tools import netns
+    me = [sys.executable, os.path.abspath(__file__)]
+    rest = [a for a in argv if a not in ("--hosts",)]
+    i = rest.index("--loss")
+    rest = rest[:i] + rest[i + 2:]                      # the inner ping runs without --loss
+    flags = [f for f in rest[3:] if f.startswith("--") and f not in ("--timeout",)]
+    with contextlib.ExitStack() as stack:
+        if args.hosts:
+            net = stack.enter_context(netns.HostNet([PING, PONG]))
+            net.set_loss(args.loss)
+            where = {PING: net.ns[PING], PONG: net.ns[PONG]}
+            env = dict(os.environ, PINGPONG_HOSTS=f"{net.ip(PING)},{net.ip(PONG)}")
+        else:
+            ns = stack.enter_context(netns.namespace(loss=args.loss))
+            where = {PING: ns, PONG: ns}
+            env = dict(os.environ)
+        pong_s = max(30.0, args.count * args.timeout * 0.05 + 30)
+        po = subprocess.Popen(netns.exec_argv(where[PONG], me + ["pong", str(pong_s), *flags]),
+                              stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            po.stdout.readline()                        # READY
+            pi = subprocess.run(netns.exec_argv(where[PING], me + rest), env=env)
+        finally:
+            po.terminate()
+            po.wait(timeout=10)
+        return pi.returncode
 
 
 def main(argv=None):
@@ -190,6 +247,9 @@ def main(argv=None):
     a.add_argument("count", type=int)
     a.add_argument("size", type=int)
     a.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for one echo")
+    a.add_argument("--loss", type=float, default=0.0,
+                   help="root: run both ends in a new namespace that drops this fraction of datagrams")
+    a.add_argument("--hosts", action="store_true", help="with --loss: two hosts on a veth LAN, not loopback")
     b = sub.add_parser("pong")
     b.add_argument("max_s", type=float)
     for p in (a, b):
@@ -199,9 +259,15 @@ def main(argv=None):
         p.add_argument("--loop-receive", action="store_true",
                        help="app_receive = false: the loop thread receives, the application waits on its eventfd")
         p.add_argument("--spin-us", type=int, default=None, help="Config.receive_spin_us")
+        p.add_argument("--no-own-filter", action="store_true",
+                       help="Config.drop_own_copy = false: the own multicast copy reaches the node")
+        p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.spin and not args.inline:
         ap.error("--spin needs --inline")
+    if args.role == "ping" and args.loss:
+        return lossy(args, argv)
     (ping if args.role == "ping" else pong)(args)
 
 

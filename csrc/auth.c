@@ -3,24 +3,50 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "wire.h"
 
+/* Plaintexts of decrypted datagrams: fixed chunks (never moved, control
+ * messages point into them until the control plane has read them), at most
+ * RP_AUTH_ARENA_CHUNKS of them. */
+#define RP_AUTH_ARENA_CHUNK  (128u * 1024u)     /* > RP_WIRE_MAX_DGRAM */
+#define RP_AUTH_ARENA_CHUNKS 32                 /* 4 MiB */
+
 struct rp_auth {
     int nkeys;
+    int encrypt;
     uint8_t id[RP_AUTH_MAX_KEYS];
     /* one context per key and direction: the key schedule is computed once */
     EVP_CIPHER_CTX *seal;
     EVP_CIPHER_CTX *open[RP_AUTH_MAX_KEYS];
+    EVP_CIPHER_CTX *dec[RP_AUTH_MAX_KEYS];
     uint64_t counter;
     uint64_t sealed;
+    rp_replay_t replay;
+    uint8_t *arena[RP_AUTH_ARENA_CHUNKS];
+    uint32_t arena_cur;
+    size_t arena_off;
+    uint64_t arena_full;
+    /* signatures: own private key (or NULL), public keys by node id */
+    EVP_PKEY *own;
+    uint32_t npub;
+    uint32_t *pub_id;
+    EVP_PKEY **pub;
+    /* one context and scratch per direction, like the MAC's: sealing (the
+     * sending thread) and opening (the receiving one) may run at once */
+    EVP_MD_CTX *md_sign, *md_verify;
+    uint8_t *msg_sign, *msg_verify;     /* the signed bytes, laid out contiguously */
+    uint64_t signatures;
+    rp_replay_t replay_signed;  /* signed datagrams' counters: a key holder
+                                   forging a source cannot move them */
 };
 
-static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key) {
+static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, int enc) {
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     if (!c)
         return NULL;
-    if (EVP_EncryptInit_ex(c, EVP_aes_128_gcm(), NULL, key, NULL) != 1) {
+    if (EVP_CipherInit_ex(c, EVP_aes_128_gcm(), NULL, key, NULL, enc) != 1) {
         EVP_CIPHER_CTX_free(c);
         return NULL;
     }
@@ -35,13 +61,23 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
     rp_auth_t *a = (rp_auth_t *)calloc(1, sizeof(*a));
     if (!a)
         return NULL;
+    if (rp_replay_init(&a->replay, 0)) {
+        free(a);
+        return NULL;
+    }
+    if (rp_replay_init(&a->replay_signed, 0)) {
+        rp_replay_free(&a->replay);
+        free(a);
+        return NULL;
+    }
     a->nkeys = nkeys;
     a->counter = counter0;
-    a->seal = gcm_ctx(keys);
+    a->seal = gcm_ctx(keys, 1);
     for (int k = 0; k < nkeys; k++) {
         a->id[k] = ids[k];
-        a->open[k] = gcm_ctx(keys + (size_t)k * RP_AUTH_KEY_LEN);
-        if (!a->open[k])
+        a->open[k] = gcm_ctx(keys + (size_t)k * RP_AUTH_KEY_LEN, 1);
+        a->dec[k] = gcm_ctx(keys + (size_t)k * RP_AUTH_KEY_LEN, 0);
+        if (!a->open[k] || !a->dec[k])
             goto fail;
     }
     if (!a->seal)
@@ -56,9 +92,123 @@ void rp_auth_free(rp_auth_t *a) {
     if (!a)
         return;
     EVP_CIPHER_CTX_free(a->seal);
-    for (int k = 0; k < RP_AUTH_MAX_KEYS; k++)
+    for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
         EVP_CIPHER_CTX_free(a->open[k]);
+        EVP_CIPHER_CTX_free(a->dec[k]);
+    }
+    for (int k = 0; k < RP_AUTH_ARENA_CHUNKS; k++)
+        free(a->arena[k]);
+    rp_replay_free(&a->replay);
+    rp_replay_free(&a->replay_signed);
+    EVP_PKEY_free(a->own);
+    for (uint32_t k = 0; k < a->npub; k++)
+        EVP_PKEY_free(a->pub[k]);
+    free(a->pub);
+    free(a->pub_id);
+    EVP_MD_CTX_free(a->md_sign);
+    EVP_MD_CTX_free(a->md_verify);
+    free(a->msg_sign);
+    free(a->msg_verify);
     free(a);
+}
+
+int rp_auth_authority(uint8_t t) {
+    return t == RP_T_JOIN || t == RP_T_LEAVE || t == RP_T_MEMBERS || t == RP_T_GAPNOTE ||
+           t == RP_T_GCNOTE || t == RP_T_LOGACK;
+}
+
+int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub) {
+    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, priv, RP_AUTH_SIG_KEY);
+    size_t n = RP_AUTH_SIG_KEY;
+    int ok = k && EVP_PKEY_get_raw_public_key(k, pub, &n) == 1 && n == RP_AUTH_SIG_KEY;
+    EVP_PKEY_free(k);
+    return ok ? 0 : -1;
+}
+
+int rp_auth_set_signing(rp_auth_t *a, const uint8_t *priv, uint32_t n, const uint32_t *ids,
+                        const uint8_t *pubs) {
+    if (a->md_sign || (!priv && !n))
+        return -1;                      /* once per context */
+    for (uint32_t k = 1; k < n; k++)
+        if (ids[k] <= ids[k - 1])
+            return -1;
+    a->md_sign = EVP_MD_CTX_new();
+    a->md_verify = EVP_MD_CTX_new();
+    a->msg_sign = (uint8_t *)malloc(RP_WIRE_MAX_DGRAM + RP_AUTH_TRAILER);
+    a->msg_verify = (uint8_t *)malloc(RP_WIRE_MAX_DGRAM + RP_AUTH_TRAILER);
+    a->pub_id = (uint32_t *)calloc(n ? n : 1, sizeof(uint32_t));
+    a->pub = (EVP_PKEY **)calloc(n ? n : 1, sizeof(EVP_PKEY *));
+    if (!a->md_sign || !a->md_verify || !a->msg_sign || !a->msg_verify || !a->pub_id || !a->pub)
+        return -1;
+    if (priv && !(a->own = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, NULL, priv, RP_AUTH_SIG_KEY)))
+        return -1;
+    for (uint32_t k = 0; k < n; k++) {
+        a->pub[k] = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, NULL, pubs + (size_t)k * RP_AUTH_SIG_KEY,
+                                                RP_AUTH_SIG_KEY);
+        if (!a->pub[k])
+            return -1;
+        a->pub_id[k] = ids[k];
+        a->npub = k + 1;
+    }
+    return 0;
+}
+
+int rp_auth_verifying(const rp_auth_t *a) { return a->npub > 0; }
+uint64_t rp_auth_signatures(const rp_auth_t *a) { return a->signatures; }
+
+/* Whether the messages of buf[RP_DG_HDR, end) include an authority-bearing
+ * one (the datagram is our own, well formed: the outbox built it). */
+static int carries_authority(const uint8_t *buf, size_t end) {
+    size_t o = RP_DG_HDR;
+    while (o + RP_MSG_HDR <= end) {
+        if (rp_auth_authority(buf[o]))
+            return 1;
+        o += RP_MSG_HDR + rp_ld16(buf + o + 2);
+    }
+    return 0;
+}
+
+/* The signed bytes of a datagram with a signed trailer: everything before
+ * the signature (header, messages, signer id) and the trailer's key id and
+ * counter, copied contiguously (Ed25519 signs one buffer).  Returns n. */
+static size_t sig_message(uint8_t *out, const uint8_t *buf, size_t len) {
+    size_t head = len - RP_AUTH_SIGNED_TRAILER + 4;
+    memcpy(out, buf, head);
+    memcpy(out + head, buf + len - RP_AUTH_TRAILER, 9);
+    return head + 9;
+}
+
+int rp_auth_sig_ok(rp_auth_t *a, const uint8_t *buf, size_t len, uint32_t source) {
+    if (!(buf[3] & RP_DGF_SIG) || rp_ld16(buf + 18) != RP_AUTH_SIGNED_TRAILER ||
+        len < RP_DG_HDR + RP_AUTH_SIGNED_TRAILER)
+        return 0;
+    const uint8_t *s = buf + len - RP_AUTH_SIGNED_TRAILER;
+    if (rp_ld32(s) != source)
+        return 0;
+    uint32_t lo = 0, hi = a->npub;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (a->pub_id[mid] < source)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == a->npub || a->pub_id[lo] != source)
+        return 0;
+    size_t n = sig_message(a->msg_verify, buf, len);
+    /* reset: a context reused with another key kept state from the last
+     * one-shot operation (OpenSSL 3.0; seen as valid signatures refused) */
+    EVP_MD_CTX_reset(a->md_verify);
+    return EVP_DigestVerifyInit(a->md_verify, NULL, NULL, NULL, a->pub[lo]) == 1 &&
+           EVP_DigestVerify(a->md_verify, s + 4, 64, a->msg_verify, n) == 1;
+}
+
+void rp_auth_set_encrypt(rp_auth_t *a, int on) { a->encrypt = !!on; }
+int rp_auth_encrypting(const rp_auth_t *a) { return a->encrypt; }
+
+static void iv_of(uint8_t iv[12], uint32_t source, uint64_t counter) {
+    rp_st32(iv, source);
+    rp_st64(iv + 4, counter);
 }
 
 /* The GMAC tag of aad[0, n) under c with IV (source, counter). */
@@ -66,11 +216,29 @@ static int gmac(EVP_CIPHER_CTX *c, const uint8_t *aad, size_t n, uint32_t source
                 uint64_t counter, uint8_t tag[RP_AUTH_TAG_LEN]) {
     uint8_t iv[12];
     int ol;
-    rp_st32(iv, source);
-    rp_st64(iv + 4, counter);
+    iv_of(iv, source, counter);
     if (EVP_EncryptInit_ex(c, NULL, NULL, NULL, iv) != 1 ||
         EVP_EncryptUpdate(c, NULL, &ol, aad, (int)n) != 1 ||
         EVP_EncryptFinal_ex(c, tag, &ol) != 1 ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, tag) != 1)
+        return -1;
+    return 0;
+}
+
+/* AES-GCM of the datagram buf[0, len) with its trailer: the header is the
+ * additional data, the body [RP_DG_HDR, len - trailer) is encrypted in
+ * place, the tag goes to tag. */
+static int gcm_seal(EVP_CIPHER_CTX *c, uint8_t *buf, size_t len, uint64_t counter,
+                    uint8_t tag[RP_AUTH_TAG_LEN]) {
+    uint8_t iv[12];
+    int ol;
+    uint8_t *body = buf + RP_DG_HDR;
+    size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
+    iv_of(iv, rp_ld32(buf + 8), counter);
+    if (EVP_EncryptInit_ex(c, NULL, NULL, NULL, iv) != 1 ||
+        EVP_EncryptUpdate(c, NULL, &ol, buf, RP_DG_HDR) != 1 ||
+        EVP_EncryptUpdate(c, body, &ol, body, (int)nb) != 1 || (size_t)ol != nb ||
+        EVP_EncryptFinal_ex(c, body + nb, &ol) != 1 ||
         EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, tag) != 1)
         return -1;
     return 0;
@@ -83,26 +251,114 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
     uint64_t ctr = a->counter++;
     t[0] = a->id[0];
     rp_st64(t + 1, ctr);
-    if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9))
+    if (a->encrypt)
+        buf[3] |= RP_DGF_ENC;           /* before: the header is authenticated (and signed) */
+    if (a->own && rp_ld16(buf + 18) == RP_AUTH_SIGNED_TRAILER &&
+        carries_authority(buf, len - RP_AUTH_SIGNED_TRAILER)) {
+        uint8_t *s = buf + len - RP_AUTH_SIGNED_TRAILER;
+        size_t sl = 64;
+        buf[3] |= RP_DGF_SIG;
+        rp_st32(s, rp_ld32(buf + 8));
+        size_t n = sig_message(a->msg_sign, buf, len);
+        EVP_MD_CTX_reset(a->md_sign);
+        if (EVP_DigestSignInit(a->md_sign, NULL, NULL, NULL, a->own) != 1 ||
+            EVP_DigestSign(a->md_sign, s + 4, &sl, a->msg_sign, n) != 1 || sl != 64)
+            return -1;
+        a->signatures++;
+    }
+    if (a->encrypt) {
+        if (gcm_seal(a->seal, buf, len, ctr, t + 9))
+            return -1;
+    } else if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9)) {
         return -1;
+    }
     a->sealed++;
     return 0;
 }
 
-int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len) {
-    if (len < RP_DG_HDR + RP_AUTH_TRAILER || !(buf[3] & RP_DGF_MAC) ||
-        rp_ld16(buf + 18) != RP_AUTH_TRAILER)
+/* Room for one plaintext of len bytes, or NULL when the chunks are full. */
+static uint8_t *arena_take(rp_auth_t *a, size_t len) {
+    if (a->arena_off + len > RP_AUTH_ARENA_CHUNK) {
+        a->arena_cur++;
+        a->arena_off = 0;
+    }
+    if (a->arena_cur >= RP_AUTH_ARENA_CHUNKS || len > RP_AUTH_ARENA_CHUNK)
+        return NULL;
+    if (!a->arena[a->arena_cur] && !(a->arena[a->arena_cur] = (uint8_t *)malloc(RP_AUTH_ARENA_CHUNK)))
+        return NULL;
+    return a->arena[a->arena_cur] + a->arena_off;
+}
+
+/* Decrypt buf[0, len) into out under c: 0 if the tag is right. */
+static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *buf, size_t len, uint8_t *out) {
+    uint8_t iv[12], tag[RP_AUTH_TAG_LEN];
+    int ol;
+    const uint8_t *t = buf + len - RP_AUTH_TRAILER;
+    size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
+    iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
+    memcpy(tag, t + 9, RP_AUTH_TAG_LEN);
+    if (EVP_DecryptInit_ex(c, NULL, NULL, NULL, iv) != 1 ||
+        EVP_DecryptUpdate(c, NULL, &ol, buf, RP_DG_HDR) != 1 ||
+        EVP_DecryptUpdate(c, out + RP_DG_HDR, &ol, buf + RP_DG_HDR, (int)nb) != 1 ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, RP_AUTH_TAG_LEN, tag) != 1 ||
+        EVP_DecryptFinal_ex(c, out + RP_DG_HDR + nb, &ol) != 1)
+        return -1;                      /* DecryptFinal checks the tag (constant time) */
+    memcpy(out, buf, RP_DG_HDR);
+    memcpy(out + len - RP_AUTH_TRAILER, t, RP_AUTH_TRAILER);
+    return 0;
+}
+
+int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
+                 const uint8_t **plain) {
+    uint16_t ml = len >= RP_DG_HDR ? rp_ld16(buf + 18) : 0;
+    if (len < RP_DG_HDR + ml || !(buf[3] & RP_DGF_MAC) ||
+        (ml != RP_AUTH_TRAILER && ml != RP_AUTH_SIGNED_TRAILER))
         return -1;
     const uint8_t *t = buf + len - RP_AUTH_TRAILER;
     for (int k = 0; k < a->nkeys; k++) {
         if (a->id[k] != t[0])
             continue;
-        uint8_t tag[RP_AUTH_TAG_LEN];
-        if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1), tag))
+        if (!(buf[3] & RP_DGF_ENC)) {
+            uint8_t tag[RP_AUTH_TAG_LEN];
+            if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1), tag))
+                return -1;
+            if (CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) != 0)
+                return -1;
+            *plain = buf;
+            return 0;
+        }
+        if (new_batch) {
+            a->arena_cur = 0;
+            a->arena_off = 0;
+        }
+        uint8_t *out = arena_take(a, len);
+        if (!out) {
+            a->arena_full++;
+            return -2;
+        }
+        if (gcm_open(a->dec[k], buf, len, out))
             return -1;
-        return CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) == 0 ? 0 : -1;
+        a->arena_off += len;
+        *plain = out;
+        return 0;
     }
     return -1;
 }
 
+int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len) {
+    const uint8_t *p;
+    return rp_auth_open(a, buf, len, 0, &p) == 0 ? 0 : -1;
+}
+
+int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len) {
+    const uint8_t *t = buf + len - RP_AUTH_TRAILER;
+    /* a signed datagram (its signature checked first, node.c) has its own
+     * window: unsigned datagrams a key holder forges in the signer's name
+     * cannot push the signer's counters below the floor */
+    rp_replay_t *r = (buf[3] & RP_DGF_SIG) && a->npub ? &a->replay_signed : &a->replay;
+    return rp_replay_check(r, rp_ld32(buf + 8), t[0], rp_ld64(t + 1));
+}
+
 uint64_t rp_auth_sealed(const rp_auth_t *a) { return a->sealed; }
+const rp_replay_t *rp_auth_replay(const rp_auth_t *a) { return &a->replay; }
+uint64_t rp_auth_arena_full(const rp_auth_t *a) { return a->arena_full; }

@@ -15,6 +15,19 @@
  * and a restart starts beyond every counter the last run used; the source
  * id keeps nodes apart.  docs/security.md states the assumptions.
  *
+ * Encryption (optional, rp_auth_set_encrypt): the datagram's body -- every
+ * byte after the 24-byte header, before the trailer -- is AES-128-GCM
+ * ciphertext, the header (with RP_DGF_ENC set) the additional data; the
+ * same one seal per datagram, the same IV and trailer, the tag covering
+ * both.  A receiver decrypts into its own buffer (the received bytes stay
+ * as they are) and parses the plaintext.  An encrypting node still accepts
+ * MAC-only datagrams from key holders (a roll-out restarts members one by
+ * one); both are authenticated.
+ *
+ * Replay (replay.h): after the datagram has parsed, the node asks
+ * rp_auth_fresh whether a control datagram's counter is new for its
+ * (source, key id).
+ *
  * Two keys are valid at once (a roll-over): the node sends under the
  * first and accepts either.  Verification runs before the datagram is
  * parsed any further; a bad or missing tag is the AUTH reason.
@@ -27,11 +40,15 @@
 #define RP_AUTH_H
 
 #include "rp_common.h"
+#include "replay.h"
 
 #define RP_AUTH_KEY_LEN   16
 #define RP_AUTH_TAG_LEN   16
 #define RP_AUTH_TRAILER   25        /* key id, counter, tag */
 #define RP_AUTH_MAX_KEYS  2
+#define RP_AUTH_SIG_BLOCK 68        /* u32 signer node id, 64-byte Ed25519 signature */
+#define RP_AUTH_SIGNED_TRAILER (RP_AUTH_SIG_BLOCK + RP_AUTH_TRAILER)
+#define RP_AUTH_SIG_KEY   32        /* Ed25519 private seed and public key */
 
 typedef struct rp_auth rp_auth_t;
 
@@ -47,9 +64,49 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len);
 
 /* Check a received datagram's trailer: 0 if the tag is right under one of
  * the keys, -1 otherwise (no trailer, wrong length, unknown key id, bad
- * tag). */
+ * tag).  An encrypted datagram is decrypted as by rp_auth_open. */
 int rp_auth_verify(rp_auth_t *a, const uint8_t *buf, size_t len);
 
+/* Verify, and decrypt an encrypted datagram: 0 and *plain = the datagram
+ * to parse (buf itself when it was not encrypted, else a copy with the
+ * body in the clear, in a buffer of the context); -1 on a bad or missing
+ * tag, -2 when the plaintext buffers are full.  Plaintexts stay valid
+ * until a call with new_batch set: the caller sets it only when nothing
+ * points into earlier ones (node.c: no control message queued). */
+int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
+                 const uint8_t **plain);
+
+/* Whether the trailer's counter is new for the datagram's (source, key
+ * id): 1 fresh (and remembered), 0 a replay.  Only for a datagram
+ * rp_auth_open accepted. */
+int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len);
+
+/* Seal with the body encrypted (on) or MAC only (off, the default). */
+void rp_auth_set_encrypt(rp_auth_t *a, int on);
+int rp_auth_encrypting(const rp_auth_t *a);
+
+/* Signatures (docs/security.md, "Identity among key holders"): with a
+ * private key, every datagram is sealed with RP_AUTH_SIGNED_TRAILER bytes
+ * of room (the caller reserves them) and one that carries an
+ * authority-bearing message (rp_auth_authority) also gets RP_DGF_SIG and
+ * an Ed25519 signature over the header, the messages, the signer id and
+ * the trailer's key id and counter -- then the MAC (or encryption) over
+ * all of it.  With public keys (n of them, ids ascending), the node
+ * verifies: rp_auth_sig_ok.  priv may be NULL (verify only).  0 or -1. */
+int rp_auth_set_signing(rp_auth_t *a, const uint8_t *priv, uint32_t n, const uint32_t *ids,
+                        const uint8_t *pubs);
+int rp_auth_verifying(const rp_auth_t *a);
+/* Whether a message type carries authority (JOIN, LEAVE, MEMBERS,
+ * GAPNOTE, GCNOTE, LOGACK). */
+int rp_auth_authority(uint8_t type);
+/* 1 if buf (opened, parsed) carries a valid signature by `source`. */
+int rp_auth_sig_ok(rp_auth_t *a, const uint8_t *buf, size_t len, uint32_t source);
+/* The public key of an Ed25519 private seed: 0 or -1. */
+int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub);
+uint64_t rp_auth_signatures(const rp_auth_t *a);
+
 uint64_t rp_auth_sealed(const rp_auth_t *a);
+const rp_replay_t *rp_auth_replay(const rp_auth_t *a);
+uint64_t rp_auth_arena_full(const rp_auth_t *a);
 
 #endif

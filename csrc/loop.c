@@ -129,6 +129,27 @@ static int drop(rp_loop_t *l) {
     return (double)((x * 0x2545F4914F6CDD1DULL) >> 11) * (1.0 / 9007199254740992.0) < l->drop_rate;
 }
 
+/* The tail probe (rpbcast.protocol.heartbeats): one HEARTBEAT probe_ns
+ * after the last publish, once per silence, sent in C by whichever thread
+ * is awake then -- the application waiting for an answer, or the loop: no
+ * control-plane call, and no wake-up of the other thread per publish. */
+static int64_t probe_due(const rp_loop_t *l) {
+    const rp_node_t *n = l->node;
+    if (!l->probe_ns || !n->next_seq || l->probed == n->next_seq)
+        return INT64_MAX;
+    return n->last_publish + l->probe_ns;
+}
+
+static int probe(rp_loop_t *l, int64_t now) {      /* mu held */
+    if (now < probe_due(l))
+        return 0;
+    l->probed = l->node->next_seq;
+    if (rp_node_send_heartbeat(l->node, 0) <= 0)
+        return 0;
+    l->n_probes++;
+    return 1;
+}
+
 /* Wait for input until the next timer is due (at most max_wait_ns, and
  * 100 ms); ready[k] marks socket k (2: the wake eventfd).  A busy-polling
  * loop does not wait.  While the application thread waits on the sockets
@@ -140,12 +161,13 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
         ready[0] = ready[1] = 1;
         return;
     }
-    int64_t wait = l->next_timer - now;
+    int blind = l->app_rx && l->app_waiting > 0;
+    int64_t due = blind ? INT64_MAX : probe_due(l);   /* blind: the waiting application probes */
+    int64_t wait = (due < l->next_timer ? due : l->next_timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
     if (wait > 100000000)
         wait = 100000000;   /* wake at least every 100 ms */
-    int blind = l->app_rx && l->app_waiting > 0;
     if (blind && wait > l->blind_max_ns)
         wait = l->blind_max_ns;
     if (wait < 0)
@@ -153,7 +175,12 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     l->sleep_until = now + wait;
     struct epoll_event evs[4];
     l->loop_blind = blind;
-    int k = epoll_wait(blind ? l->ctl_epfd : l->epfd, evs, 4, (int)((wait + 999999) / 1000000));
+    /* epoll_pwait2: timers below a millisecond (the tail probe) fire on time */
+    struct timespec ts = {.tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000};
+    int fd = blind ? l->ctl_epfd : l->epfd;
+    int k = epoll_pwait2(fd, evs, 4, &ts, NULL);
+    if (k < 0 && errno == ENOSYS)
+        k = epoll_wait(fd, evs, 4, (int)((wait + 999999) / 1000000));
     l->loop_blind = 0;
     l->n_wakeups++;
     for (int i = 0; i < k; i++)
@@ -247,6 +274,7 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
         l->next_timer = l->control(l->ctx, now, why);
         l->n_control++;
     }
+    probe(l, now);
     rp_loop_flush(l);
     if (got)
         signal_app(l);
@@ -268,15 +296,19 @@ void rp_loop_run(rp_loop_t *l) {
 }
 
 /* After a publish (mu held): send it now, and make sure the loop is awake
- * when the idle heartbeat falls due, idle_after from now. */
+ * when the idle heartbeat (idle_after from now) and the tail probe fall due. */
 static void after_publish(rp_loop_t *l, int64_t now) {
     rp_loop_flush(l);
     int64_t t = now + l->idle_after_ns;
-    if (t < l->next_timer) {
+    if (t < l->next_timer)
         l->next_timer = t;
-        if (l->sleep_until > t)
-            rp_loop_wake(l);
-    }
+    int64_t by = l->next_timer;
+    /* the tail probe: unless the application waits (it probes), a loop
+     * asleep past it wakes -- once: it then sleeps until the probe */
+    if (l->probe_ns && !l->loop_blind && now + l->probe_ns < by)
+        by = now + l->probe_ns;
+    if (l->sleep_until > by)
+        rp_loop_wake(l);
 }
 
 size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
@@ -361,7 +393,7 @@ void rp_loop_unlock(rp_loop_t *l) { pthread_mutex_unlock(&l->mu); }
 /* The application thread's receive (mu held): what the sockets hold now into
  * the node.  A batch with control messages or a new gap stops it and wakes the
  * loop thread, which runs the control plane (Python) off this thread's path. */
-static int app_rx_once(rp_loop_t *l) {
+static int app_rx_once(rp_loop_t *l, int mask) {
     rp_node_t *n = l->node;
     if (l->ctl_pending)
         return 0;
@@ -370,10 +402,12 @@ static int app_rx_once(rp_loop_t *l) {
     int64_t real_minus_mono = realtime_offset(l, rp_now_ns());
     int got = 0, handoff = 0;
     for (int k = 0; k < 2 && !handoff; k++) {
-        if (!l->socks[k])
+        if (!l->socks[k] || !(mask & (1 << k)))
             continue;
         for (uint32_t b = 0; b < l->max_batches; b++) {
             int r = rp_sock_recv(l->socks[k], &l->arx);
+            if (r == 0 && b == 0)
+                l->n_app_rx_empty++;
             if (r <= 0)
                 break;
             got += r;
@@ -402,18 +436,27 @@ static int app_rx_once(rp_loop_t *l) {
     return got;
 }
 
+/* Only the sockets ppoll said are readable are read (`mask`, bit k: socket
+ * k): a wait costs ppoll + one recvmmsg per message, not a recvmmsg on every
+ * socket before and after every sleep (three of four came back empty).  The
+ * first look reads nothing: ppoll returns at once for what is already
+ * queued.  A spinning wait reads every socket on every turn. */
 uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
     int64_t t0 = rp_now_ns();
     int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
     int64_t spin_end = t0 + (spin_ns > 0 ? spin_ns : 0);
     uint64_t pending = 0;
+    int mask = spin_ns > 0 ? 3 : 0;
     __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     l->app_busy = 0;
     for (;;) {
         pthread_mutex_lock(&l->mu);
         int own = l->app_rx && !l->closing;
-        if (own)
-            app_rx_once(l);
+        if (own && mask)
+            app_rx_once(l, mask);
+        if (own && probe(l, rp_now_ns()))
+            rp_loop_flush(l);
+        int64_t due = own ? probe_due(l) : INT64_MAX;
         pending = rp_node_pending(l->node);
         int ctl = l->ctl_pending;
         pthread_mutex_unlock(&l->mu);
@@ -424,21 +467,24 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
             break;
         if (own && now < spin_end) {
             l->n_app_spins++;
+            mask = 3;
             continue;
         }
         struct pollfd p[3];
-        int np = 0;
+        int np = 0, sock_of[3] = {-1, -1, -1};
         p[np].fd = l->app_fd;
         p[np++].events = POLLIN;
         if (own && !ctl)    /* else the loop's control run signals app_fd */
             for (int k = 0; k < 2; k++)
                 if (l->socks[k]) {
+                    sock_of[np] = k;
                     p[np].fd = l->socks[k]->fd;
                     p[np++].events = POLLIN;
                 }
         struct timespec ts, *tp = NULL;
-        if (deadline != INT64_MAX) {
-            int64_t w = deadline - now;
+        int64_t until = due < deadline ? due : deadline;
+        if (until != INT64_MAX) {
+            int64_t w = until > now ? until - now : 0;
             ts.tv_sec = w / 1000000000LL;
             ts.tv_nsec = w % 1000000000LL;
             tp = &ts;
@@ -446,6 +492,10 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         int r = ppoll(p, (nfds_t)np, tp, NULL);
         if (r < 0 && errno == EINTR)
             break;      /* a signal: back to Python, which runs its handler */
+        mask = 0;
+        for (int i = 1; r > 0 && i < np; i++)
+            if (p[i].revents)
+                mask |= 1 << sock_of[i];
         if (r > 0 && p[0].revents) {
             uint64_t v;
             ssize_t n = read(l->app_fd, &v, sizeof(v));

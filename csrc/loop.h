@@ -51,6 +51,10 @@ typedef struct {
     int64_t next_timer;
     int64_t sleep_until;     /* when the loop's current wait ends */
     int64_t idle_after_ns;   /* publish arms the idle-heartbeat timer */
+    int64_t probe_ns;        /* the tail probe: a HEARTBEAT this long after the
+                              * last publish, once per silence (0: none) */
+    uint64_t probed;         /* next_seq the last tail probe covered */
+    uint64_t n_probes;
     uint64_t delivered_signal; /* deliveries at the last app signal */
     double drop_rate;        /* in-process loss (tests without root) */
     uint64_t rng;            /* xorshift state for drop_rate */
@@ -76,6 +80,7 @@ typedef struct {
     int arx_gro;
     uint64_t n_app_signals;  /* app_fd writes (a loop -> application hop) */
     uint64_t n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins;
+    uint64_t n_app_rx_empty;  /* the application's recvmmsg that found nothing */
 } rp_loop_t;
 
 int64_t rp_now_ns(void);

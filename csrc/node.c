@@ -4,6 +4,7 @@
 
 #include "catchup.h"
 #include "flowack.h"
+#include "reqlimit.h"
 
 const char *const rp_node_counter_names[RP_C__COUNT] = {
     "sent", "rx_dgrams", "rx_bad", "rx_own", "rx_new", "rx_fill", "rx_dup", "rx_far",
@@ -110,6 +111,7 @@ void rp_node_free(rp_node_t *n) {
     rp_sigvec_free(&n->hbsig);
     rp_trace_free(&n->trace);
     rp_catchup_free(n);
+    rp_node_set_requester_limit(n, 0, 0, 0);
     if (n->conflate)
         rp_conflate_free(&n->latest);
     free(n->ctl);
@@ -431,8 +433,8 @@ static void rx_rejected(rp_node_t *n, rp_peer_t *p, const rp_msgview_t *m, int a
     }
 }
 
-/* A logger appends before anything else: the log is its record of truth,
- * the store only a cache for serving recent repairs.  When the append
+/* A logger appends before anything else: the log is its record of truth:
+ * a logger that delivers nothing keeps no other copy (rx_store).  When the append
  * fails the id is missing again (asked for again later).  0 or -1. */
 static int rx_log(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl, int64_t now) {
     if (rp_log_append(n->log, p->id, p->inc, seq, pl->label, now, pl->data, pl->len) < 0) {
@@ -456,12 +458,17 @@ static inline uint32_t rx_holds(const rp_node_t *n, uint64_t label) {
 
 #define RX_DROPPED (-2)
 
-/* Store a received payload.  Returns its ticket; -1 when a logger had no
- * room to cache it (it is logged: enough); RX_DROPPED when there was no
- * room (the application is not consuming): then it counts as lost, the id
- * is missing again and is repaired later. */
+/* Store a received payload.  Returns its ticket; -1 when a logger keeps
+ * it in its log only; RX_DROPPED when there was no room (the application
+ * is not consuming): then it counts as lost, the id is missing again and
+ * is repaired later.  A logger that delivers nothing keeps no second copy:
+ * the copy, the first touch of the store's pages and their collection
+ * were about a third of its receive work, and it serves repairs from its
+ * log's index (serve.c). */
 static inline int64_t rx_store(rp_node_t *n, rp_peer_t *p, uint64_t seq, const rx_payload_t *pl,
                                uint32_t holds, int64_t now) {
+    if (n->log && n->no_deliver)
+        return -1;
     int64_t t = rp_mstore_put(&n->store, p->slot, seq, pl->label, now, n->round, holds,
                               RP_MS_GOSSIP, pl->data, pl->len);
     if (RP_LIKELY(t >= 0))
@@ -730,6 +737,46 @@ static void rx_heartbeat(rp_node_t *n, const rp_msgview_t *m, int64_t now) {
     rp_node_heartbeat(n, slot, m->seq, m->flags & RP_MF_IDLE, now);
 }
 
+/* A keyed node trusts nothing it cannot authenticate: the MAC is checked
+ * (and an encrypted body decrypted) before the datagram is parsed any
+ * further (auth.h); *buf becomes the plaintext.  Plaintexts are reused
+ * once no control message points into them.  An unkeyed node cannot read
+ * an encrypted datagram: that is an AUTH drop too, not a parse error. */
+static int rx_open(rp_node_t *n, const uint8_t **buf, size_t len) {
+    if (!n->auth)
+        return len >= RP_DG_HDR && ((*buf)[3] & RP_DGF_ENC) ? -1 : 0;
+    if (len > n->max_dgram)
+        return -1;
+    return rp_auth_open(n->auth, *buf, len, n->nctl == 0, buf) ? -1 : 0;
+}
+
+/* A control datagram is refused when its MAC counter was seen from its
+ * source (replay.h).  DATA, REPAIR and HEARTBEAT-only datagrams are not
+ * checked: the sequence trackers drop a replay of them as duplicates
+ * (rx_dup) and a heartbeat only moves a frontier forward, so the hot path
+ * pays nothing; a datagram with any control message is checked whole. */
+static int rx_replayed(rp_node_t *n, const rp_dghdr_t *h, const uint8_t *buf, size_t len) {
+    for (size_t i = 0; i < h->count; i++) {
+        uint8_t t = n->mv[i].type;
+        if (t != RP_T_DATA && t != RP_T_REPAIR && t != RP_T_HEARTBEAT && t != RP_T_PAD)
+            return !rp_auth_fresh(n->auth, buf, len);
+    }
+    return 0;
+}
+
+/* A node with public keys (auth.h, signatures) takes an authority-bearing
+ * message -- and any datagram that claims a signature -- only with a valid
+ * Ed25519 signature of the datagram's source.  Checked before the replay
+ * window, so a forgery never moves the signer's window. */
+static int rx_unsigned(rp_node_t *n, const rp_dghdr_t *h, const uint8_t *buf, size_t len) {
+    if (!rp_auth_verifying(n->auth))
+        return 0;
+    int need = (buf[3] & RP_DGF_SIG) != 0;
+    for (size_t i = 0; i < h->count && !need; i++)
+        need = rp_auth_authority(n->mv[i].type);
+    return need && !rp_auth_sig_ok(n->auth, buf, len, h->source);
+}
+
 int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64_t now) {
     rp_dghdr_t h;
     n->c[RP_C_RX_DGRAMS]++;
@@ -740,9 +787,7 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
         n->c[RP_C_RX_OWN]++;
         return RP_WR_OK;
     }
-    /* A keyed node trusts nothing it cannot authenticate: the MAC is checked
-     * before the datagram is parsed any further (auth.h). */
-    if (n->auth && (len > n->max_dgram || rp_auth_verify(n->auth, buf, len))) {
+    if (RP_UNLIKELY(rx_open(n, &buf, len))) {
         n->rx_reason[RP_WR_AUTH]++;
         n->c[RP_C_RX_BAD]++;
         return RP_WR_AUTH;
@@ -774,6 +819,16 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
             n->c[RP_C_RX_BAD]++;
             return RP_WR_NOT_OWN;
         }
+    }
+    if (n->auth && RP_UNLIKELY(rx_unsigned(n, &h, buf, len))) {
+        n->rx_reason[RP_WR_SIG]++;
+        n->c[RP_C_RX_BAD]++;
+        return RP_WR_SIG;
+    }
+    if (n->auth && RP_UNLIKELY(rx_replayed(n, &h, buf, len))) {
+        n->rx_reason[RP_WR_REPLAY]++;
+        n->c[RP_C_RX_BAD]++;
+        return RP_WR_REPLAY;
     }
     for (size_t i = 0; i < h.count; i++) {
         const rp_msgview_t *m = &n->mv[i];
@@ -1152,10 +1207,9 @@ int64_t rp_node_forget(rp_node_t *n, uint32_t slot, uint64_t lo, uint64_t hi) {
     rp_iset_remove(&p->inflight, lo, hi);
     if (p->q) {
         /* Let FIFO delivery move past what will never come. */
-        uint64_t a = lo < p->q->head ? p->q->head : lo;
         uint64_t b = hi < p->st.next ? hi : p->st.next - 1;
-        for (uint64_t s = a; p->st.next && s <= b; s++)
-            rp_srbq_mark_purged(p->q, s);
+        if (p->st.next)
+            rp_srbq_mark_purged_range(p->q, lo, b);    /* one interval, any length */
         q_release_purged(n, p, 0);
     }
     if (k > 0) {
@@ -1299,21 +1353,6 @@ uint64_t rp_node_round(rp_node_t *n, uint32_t gclimit, uint64_t max_bytes) {
 }
 
 /* ---- delivery ---------------------------------------------------------- */
-
-/* Head of a FIFO queue if it can be delivered now (purged slots at the head
- * are skipped, without changing the queue). */
-static int q_peek(const rp_srbq_t *q, uint64_t *handle) {
-    for (uint64_t s = q->head; s < q->tail; s++) {
-        const rp_srbq_slot_t *sl = &q->ring[s & (q->cap - 1)];
-        if (sl->state == RP_SQ_QUEUED) {
-            *handle = sl->handle;
-            return 1;
-        }
-        if (sl->state != RP_SQ_PURGED)
-            return 0;
-    }
-    return 0;
-}
 
 /* One delivery: a message's id, label, stream and payload into the columns.
  * A message with an extension header (a stream's, or a whole large message)
@@ -1459,7 +1498,7 @@ size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *in
         for (uint32_t i = 0; i < n->npeers && k < max; i++) {
             rp_srbq_t *q = n->peers[i]->q;
             uint64_t h, s;
-            if (!q || !q_peek(q, &h))
+            if (!q || !rp_srbq_peek(q, &h))
                 continue;
             rp_msent_t *e = rp_mstore_entry(st, h);
             if (used + e->len > cap) {

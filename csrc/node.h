@@ -188,6 +188,8 @@ typedef struct {
     rp_log_t *log;
     /* a logger's paced catch-up queues (catchup.h), or NULL */
     struct rp_catchup *cu;
+    /* repair rate per requester (reqlimit.h), or NULL: off */
+    struct rp_reqlimit *reqlimit;
     /* latest value per (sender, label): 0 off, 1 on, 2 on and labelled
      * messages are not queued for delivery (consumers read only the table) */
     uint8_t conflate;

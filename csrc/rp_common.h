@@ -71,6 +71,12 @@ RP_INLINE void rp_st64(uint8_t *p, uint64_t v) {
     memcpy(p, &v, 8);
 }
 
+/* Transport addresses are one uint64 (csrc/udpio.h, csrc/addr6.h): IPv4
+ * ip << 16 | port in bits 0..47; an IPv6 endpoint is a handle with this tag
+ * bit set (bits 48..63 of an IPv4 address are always 0). */
+#define RP_ADDR6_TAG (1ULL << 62)
+#define RP_ADDR_IS6(a) (((a) & RP_ADDR6_TAG) != 0 && (a) != UINT64_MAX)
+
 /* A closed interval [lo, hi] of 64-bit sequence numbers. */
 typedef struct {
     uint64_t lo;

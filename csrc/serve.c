@@ -4,6 +4,7 @@
 
 #include "catchup.h"
 #include "digest.h"
+#include "reqlimit.h"
 
 void rp_node_set_rate_limit(rp_node_t *n, double rate, double burst) {
     rp_tb_set(&n->repair_rate, rate, burst);
@@ -19,6 +20,7 @@ typedef struct {
     uint32_t sender, inc, slot;
     rp_peer_t *p;                 /* NULL: our own stream */
     uint64_t dest;
+    rp_tbucket_t *req;            /* dest's own repair bucket (reqlimit.h), or NULL */
     int from_logger;
     rp_iset_t *gc_out;
     int64_t now;
@@ -63,9 +65,22 @@ static void emit_purged(serve_t *s) {
     s->npurged = 0;
 }
 
+/* A token for one REPAIR: from the requester's own bucket and the node's. */
+static int take_token(serve_t *s) {
+    if (s->req && s->req->tokens < 1.0) {
+        s->n->reqlimit->n_limited++;
+        return 0;
+    }
+    if (!rp_tb_take(&s->n->repair_rate))
+        return 0;
+    if (s->req)
+        rp_tb_take(s->req);
+    return 1;
+}
+
 static int repair_from_store(serve_t *s, uint64_t ticket, uint64_t id) {
     rp_node_t *n = s->n;
-    if (!rp_tb_take(&n->repair_rate)) {
+    if (!take_token(s)) {
         s->limited++;
         return 0;
     }
@@ -83,7 +98,7 @@ static int repair_from_store(serve_t *s, uint64_t ticket, uint64_t id) {
 /* A logger's REPAIR read back from its log (always marked as a logger's). */
 static int repair_from_log(serve_t *s, uint64_t id) {
     rp_node_t *n = s->n;
-    if (!rp_tb_take(&n->repair_rate)) {
+    if (!take_token(s)) {
         s->limited++;
         return 0;
     }
@@ -271,6 +286,7 @@ static size_t serve_ids(rp_node_t *n, uint32_t sender, uint32_t inc, const rp_iv
     if (n->cu && n->log && !budget)
         return serve_queued(&s, iv, niv, left_out);
     rp_tb_refill(&n->repair_rate, now);
+    s.req = rp_reqlimit_bucket(n->reqlimit, dest, now);
     uint64_t scan = budget ? *budget : n->max_scan;    /* ids still to examine */
     for (size_t k = 0; k < niv; k++) {
         for (uint64_t id = iv[k].lo; id <= iv[k].hi; id++) {

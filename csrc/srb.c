@@ -17,50 +17,119 @@ int rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t
     memset(q, 0, sizeof(*q));
     q->head = q->ready = q->tail = base;
     q->w = w;
-    q->cap = pow2_at_least(cap ? cap : 64);
-    q->max_cap = max_cap ? max_cap : ((uint64_t)1 << 26);
-    if (q->cap > q->max_cap)
+    if (!cap)
+        cap = 64;
+    if (!max_cap)
+        max_cap = (uint64_t)1 << 26;
+    if (cap > max_cap || max_cap > UINT32_MAX)
         return RP_EINVAL;
-    q->ring = (rp_srbq_slot_t *)calloc(q->cap, sizeof(rp_srbq_slot_t));
-    if (!q->ring)
-        return RP_ENOMEM;
-    if (rp_hmap_init(&q->labels, 64, 0)) {
-        free(q->ring);
-        q->ring = NULL;
-        return RP_ENOMEM;
-    }
+    q->max_held = max_cap;
+    uint64_t nc = pow2_at_least(cap < 4096 ? cap : 4096);
+    q->near = (rp_srbq_near_t *)malloc(nc * sizeof(rp_srbq_near_t));
+    if (!q->near)
+        goto fail;
+    for (uint64_t i = 0; i < nc; i++)
+        q->near[i].seq = NONE;
+    q->near_mask = nc - 1;
+    if (rp_iset_init(&q->settled, 4, (uint32_t)max_cap))
+        goto fail;
+    if (rp_iset_init(&q->queued, 4, (uint32_t)max_cap))
+        goto fail;
+    if (rp_hmap_init(&q->msgs, cap < 1024 ? cap : 1024, 0))
+        goto fail;
+    if (rp_hmap_init(&q->labels, 64, 0))
+        goto fail;
     return RP_OK;
+fail:
+    rp_srbq_free(q);
+    return RP_ENOMEM;
 }
 
 void rp_srbq_free(rp_srbq_t *q) {
-    free(q->ring);
-    q->ring = NULL;
+    free(q->near);
+    q->near = NULL;
+    rp_iset_free(&q->settled);
+    rp_iset_free(&q->queued);
+    rp_hmap_free(&q->msgs);
+    rp_hmap_free(&q->labels);
     free(q->purged);
     q->purged = NULL;
-    rp_hmap_free(&q->labels);
 }
 
-/* Make [head, upto] addressable. */
-static int q_reserve(rp_srbq_t *q, uint64_t upto) {
-    uint64_t need = upto - q->head + 1;
-    if (need <= q->cap)
-        return RP_OK;
-    uint64_t ncap = pow2_at_least(need);
-    if (ncap > q->max_cap)
-        return RP_EFULL;
-    rp_srbq_slot_t *nr = (rp_srbq_slot_t *)calloc(ncap, sizeof(rp_srbq_slot_t));
-    if (!nr)
-        return RP_ENOMEM;
-    for (uint64_t s = q->head; s < q->tail; s++)
-        nr[s & (ncap - 1)] = q->ring[s & (q->cap - 1)];
-    free(q->ring);
-    q->ring = nr;
-    q->cap = ncap;
-    return RP_OK;
+/* Add seq to s: a value one past its last interval (a stream in order)
+ * extends it in place, anything else goes through rp_iset_add. */
+static inline int64_t iset_put(rp_iset_t *s, uint64_t seq) {
+    if (s->n && s->v[s->n - 1].hi + 1 == seq) {
+        s->v[s->n - 1].hi = seq;
+        s->count++;
+        return 1;
+    }
+    return rp_iset_add(s, seq, seq);
 }
 
-static inline rp_srbq_slot_t *q_slot(rp_srbq_t *q, uint64_t seq) {
-    return &q->ring[seq & (q->cap - 1)];
+/* Remove every value below upto from the low end of s. */
+static void iset_trim_below(rp_iset_t *s, uint64_t upto) {
+    uint32_t k = 0;
+    while (k < s->n && s->v[k].hi < upto) {
+        s->count -= s->v[k].hi - s->v[k].lo + 1;
+        k++;
+    }
+    if (k < s->n && s->v[k].lo < upto) {
+        s->count -= upto - s->v[k].lo;
+        s->v[k].lo = upto;
+    }
+    if (k) {
+        memmove(s->v, s->v + k, (size_t)(s->n - k) * sizeof(rp_ival_t));
+        s->n -= k;
+    }
+}
+
+/* The queued messages: a direct-mapped table for seqs near each other (no
+ * hashing for a stream's usual traffic), a hash map for the rest. */
+static int m_put(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle) {
+    rp_srbq_near_t *sl = &q->near[seq & q->near_mask];
+    if (sl->seq == NONE) {
+        sl->seq = seq;
+        sl->handle = handle;
+        sl->label = label;
+        return 0;
+    }
+    int rc = rp_hmap_put(&q->msgs, seq, 0, handle);
+    if (rc >= 0 && label != RP_SRB_NOLABEL) {
+        rc = rp_hmap_put(&q->msgs, seq, 1, label);
+        if (rc < 0)
+            rp_hmap_del(&q->msgs, seq, 0, NULL);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+/* 1 and the handle and label (RP_SRB_NOLABEL: none) of queued seq, or 0. */
+static inline int m_get(const rp_srbq_t *q, uint64_t seq, uint64_t *handle, uint64_t *label) {
+    const rp_srbq_near_t *sl = &q->near[seq & q->near_mask];
+    if (sl->seq == seq) {
+        *handle = sl->handle;
+        *label = sl->label;
+        return 1;
+    }
+    if (!q->msgs.n)
+        return 0;
+    uint64_t *h = rp_hmap_get(&q->msgs, seq, 0);
+    if (!h)
+        return 0;
+    *handle = *h;
+    uint64_t *l = rp_hmap_get(&q->msgs, seq, 1);
+    *label = l ? *l : RP_SRB_NOLABEL;
+    return 1;
+}
+
+static inline void m_del(rp_srbq_t *q, uint64_t seq) {
+    rp_srbq_near_t *sl = &q->near[seq & q->near_mask];
+    if (sl->seq == seq) {
+        sl->seq = NONE;
+    } else if (q->msgs.n) {
+        rp_hmap_del(&q->msgs, seq, 0, NULL);
+        rp_hmap_del(&q->msgs, seq, 1, NULL);
+    }
 }
 
 /* Remember a TP4 purge for the caller.  0, or -1 if out of memory. */
@@ -79,53 +148,91 @@ static int q_note_purged(rp_srbq_t *q, uint64_t seq, uint64_t handle) {
     return 0;
 }
 
-/* Extend the deliverable prefix [head, ready) over every slot no longer
- * empty, in seq order.  A queued labelled message entering it purges the
- * older queued one with its label (TP4): the newer is now certain to be
- * delivered (everything before it is here or purged). */
+/* Queued seq enters the deliverable prefix.  Labelled, it purges the older
+ * queued one with its label (TP4): the newer is now certain to be delivered
+ * (everything before it is here or purged).  The older one stays settled
+ * (now purged), so nothing about the prefix changes. */
+static void q_enter(rp_srbq_t *q, uint64_t seq, uint64_t label) {
+    if (label == RP_SRB_NOLABEL)
+        return;                             /* unlabelled: never obsolete */
+    uint64_t *newest = rp_hmap_get(&q->labels, label, 0);
+    if (!newest) {
+        rp_hmap_put(&q->labels, label, 0, seq);     /* no room: no purge */
+        return;
+    }
+    uint64_t old = *newest, oh, ol;
+    /* Without memory to hand the purge back (or to split the queued set),
+     * keep the old value: delivering it too is always allowed. */
+    if (m_get(q, old, &oh, &ol) && rp_iset_remove(&q->queued, old, old) == 1) {
+        if (q_note_purged(q, old, oh) == 0) {
+            m_del(q, old);
+            q->n_purged_queue++;
+        } else {
+            rp_iset_add(&q->queued, old, old);      /* merges back: no memory */
+        }
+    }
+    *newest = seq;
+}
+
+/* Extend the deliverable prefix [head, ready) over every settled seq, in
+ * seq order: a whole run of purged seqs in one step, queued ones one by one
+ * (work follows what is held, not the span). */
 static void q_advance(rp_srbq_t *q) {
     if (q->ready < q->head)
         q->ready = q->head;
     while (q->ready < q->tail) {
-        rp_srbq_slot_t *sl = q_slot(q, q->ready);
-        if (sl->state == RP_SQ_EMPTY)
+        int64_t k = rp_iset_find(&q->settled, q->ready);
+        if (k < 0)
             break;
-        if (sl->state == RP_SQ_QUEUED && sl->label != RP_SRB_NOLABEL) {
-            uint64_t *newest = rp_hmap_get(&q->labels, sl->label, 0);
-            if (newest) {
-                rp_srbq_slot_t *old = q_slot(q, *newest);
-                /* Without memory to hand the purge back, keep the old value:
-                 * delivering it too is always allowed. */
-                if (old->state == RP_SQ_QUEUED && q_note_purged(q, *newest, old->handle) == 0) {
-                    old->state = RP_SQ_PURGED;          /* TP4 */
-                    q->n_purged_queue++;
-                }
-                *newest = q->ready;
-            } else {
-                rp_hmap_put(&q->labels, sl->label, 0, q->ready);   /* no room: no purge */
+        uint64_t end = q->settled.v[k].hi;
+        uint64_t s = q->ready, x;
+        while (rp_iset_next(&q->queued, s, &x) && x <= end) {
+            uint64_t qhi = q->queued.v[rp_iset_find(&q->queued, x)].hi;
+            if (qhi > end)
+                qhi = end;
+            for (uint64_t y = x;; y++) {
+                uint64_t h, label;
+                /* may drop an older seq (< x) from `queued` */
+                if (m_get(q, y, &h, &label))
+                    q_enter(q, y, label);
+                if (y == qhi)
+                    break;
             }
+            if (qhi == end)
+                break;
+            s = qhi + 1;
         }
-        q->ready++;
+        q->ready = end + 1;
     }
 }
 
 int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle) {
-    if (seq < q->head)
+    if (seq < q->head || (seq < q->tail && rp_iset_contains(&q->settled, seq)))
         return RP_SQ_R_OLD;
-    if (seq < q->tail) {
-        if (q_slot(q, seq)->state != RP_SQ_EMPTY)
-            return RP_SQ_R_OLD;
-    } else {
-        int rc = q_reserve(q, seq);
-        if (rc)
-            return rc;
-        q->tail = seq + 1;      /* slots in between are EMPTY (cleared on pop) */
+    if (rp_iset_count(&q->queued) >= q->max_held)
+        return RP_EFULL;
+    int64_t rc = iset_put(&q->settled, seq);
+    if (rc < 0)
+        return (int)rc;
+    rc = iset_put(&q->queued, seq);
+    if (rc >= 0) {
+        rc = m_put(q, seq, label, handle);
+        if (rc < 0)
+            rp_iset_remove(&q->queued, seq, seq);   /* was just added: no split */
     }
-    rp_srbq_slot_t *sl = q_slot(q, seq);
-    sl->state = RP_SQ_QUEUED;
-    sl->label = label;
-    sl->handle = handle;
+    if (rc < 0) {
+        rp_iset_remove(&q->settled, seq, seq);
+        return (int)rc;
+    }
     q->n_queued++;
+    if (seq >= q->tail) {
+        q->tail = seq + 1;
+        if (seq == q->ready) {          /* in order: the usual case, no search */
+            q_enter(q, seq, label);
+            q->ready = seq + 1;
+            return RP_SQ_R_QUEUED;
+        }
+    }
     if (seq == q->ready)
         q_advance(q);
     return RP_SQ_R_QUEUED;
@@ -150,73 +257,91 @@ int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi) {
     uint64_t limit = t - q->w;          /* every seq <= limit left the window */
     if (limit < q->head)
         return 0;
-    if (limit >= q->tail) {
-        int rc = q_reserve(q, limit);
-        if (rc)
-            return rc;
+    /* The first and last empty seqs in [head, limit]: past the settled runs
+     * at either end. */
+    int64_t k = rp_iset_find(&q->settled, q->head);
+    uint64_t first = k < 0 ? q->head : q->settled.v[k].hi + 1;
+    if (k >= 0 && (q->settled.v[k].hi == NONE || first > limit))
+        return 0;
+    k = rp_iset_find(&q->settled, limit);
+    uint64_t last = k < 0 ? limit : q->settled.v[k].lo - 1;
+    int64_t n = rp_iset_add(&q->settled, q->head, limit);
+    if (n < 0)
+        return n;
+    if (limit >= q->tail)
         q->tail = limit + 1;
-    }
-    int64_t k = 0;
-    uint64_t first = NONE, last = 0;
-    for (uint64_t s = q->head; s <= limit; s++) {
-        rp_srbq_slot_t *sl = q_slot(q, s);
-        if (sl->state == RP_SQ_EMPTY) {
-            sl->state = RP_SQ_PURGED;
-            k++;
-            if (first == NONE)
-                first = s;
-            last = s;
-        }
-    }
-    q->n_purged_inferred += (uint64_t)k;
+    q->n_purged_inferred += (uint64_t)n;
     q_advance(q);
-    if (k && lo) {
+    if (n && lo) {
         *lo = first;
         *hi = last;
     }
-    return k;
+    return n;
+}
+
+uint64_t rp_srbq_mark_purged_range(rp_srbq_t *q, uint64_t lo, uint64_t hi) {
+    if (hi < q->head || lo > hi || hi == NONE)
+        return 0;
+    if (lo < q->head)
+        lo = q->head;
+    int64_t n = rp_iset_add(&q->settled, lo, hi);
+    if (n <= 0)
+        return 0;
+    if (hi >= q->tail)
+        q->tail = hi + 1;
+    q->n_purged_marked += (uint64_t)n;
+    if (lo <= q->ready && q->ready <= hi)
+        q_advance(q);
+    return (uint64_t)n;
 }
 
 int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq) {
-    if (seq < q->head)
-        return 0;
-    if (seq >= q->tail) {
-        if (q_reserve(q, seq))
-            return 0;
-        q->tail = seq + 1;
-    }
-    rp_srbq_slot_t *sl = q_slot(q, seq);
-    if (sl->state != RP_SQ_EMPTY)
-        return 0;
-    sl->state = RP_SQ_PURGED;
-    q->n_purged_marked++;
-    if (seq == q->ready)
-        q_advance(q);
-    return 1;
+    return rp_srbq_mark_purged_range(q, seq, seq) == 1;
 }
 
 size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t max) {
     size_t n = 0;
     while (n < max && q->head < q->tail) {
-        rp_srbq_slot_t *sl = q_slot(q, q->head);
-        if (sl->state == RP_SQ_QUEUED) {
-            if (sl->label != RP_SRB_NOLABEL) {
-                uint64_t *newest = rp_hmap_get(&q->labels, sl->label, 0);
-                if (newest && *newest == q->head)
-                    rp_hmap_del(&q->labels, sl->label, 0, NULL);
+        if (!q->settled.n || q->settled.v[0].lo != q->head)
+            break;                      /* still missing: FIFO waits */
+        uint64_t s = q->head;
+        if (q->queued.n && q->queued.v[0].lo == s) {
+            uint64_t h = 0, label = RP_SRB_NOLABEL;
+            m_get(q, s, &h, &label);
+            m_del(q, s);
+            if (label != RP_SRB_NOLABEL) {
+                uint64_t *newest = rp_hmap_get(&q->labels, label, 0);
+                if (newest && *newest == s)
+                    rp_hmap_del(&q->labels, label, 0, NULL);
             }
-            handles[n] = sl->handle;
+            handles[n] = h;
             if (seqs)
-                seqs[n] = q->head;
+                seqs[n] = s;
             n++;
             q->n_delivered++;
-        } else if (sl->state != RP_SQ_PURGED) {
-            break;                      /* still missing: FIFO waits */
+            q->head = s + 1;
+            iset_trim_below(&q->queued, q->head);
+        } else {
+            /* a run of purged seqs, up to the next queued one */
+            uint64_t end = q->settled.v[0].hi;
+            if (q->queued.n && q->queued.v[0].lo <= end)
+                end = q->queued.v[0].lo - 1;
+            q->head = end + 1;
         }
-        sl->state = RP_SQ_EMPTY;
-        q->head++;
+        iset_trim_below(&q->settled, q->head);
     }
     return n;
+}
+
+int rp_srbq_peek(const rp_srbq_t *q, uint64_t *handle) {
+    if (q->head >= q->tail || !q->settled.n || q->settled.v[0].lo != q->head)
+        return 0;
+    /* head is queued, or the start of a purged run followed (in the same
+     * settled run) by a queued seq */
+    if (!q->queued.n || q->queued.v[0].lo > q->settled.v[0].hi)
+        return 0;
+    uint64_t label;
+    return m_get(q, q->queued.v[0].lo, handle, &label);
 }
 
 /* ---- sender window ----------------------------------------------------- */

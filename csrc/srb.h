@@ -27,12 +27,16 @@
 #define RP_SRB_H
 
 #include "hmap.h"
+#include "iset.h"
 
 #define RP_SRB_NOLABEL UINT64_MAX
 
 /* ---- receiver queue ---------------------------------------------------- */
 
-enum { RP_SQ_EMPTY = 0, RP_SQ_QUEUED = 1, RP_SQ_PURGED = 2 };
+/* Sparse: what is held is kept as intervals of seqs (settled = queued or
+ * purged; queued) and a hash map of the queued messages, so memory and
+ * work follow what the queue holds, never the span of sequence numbers a
+ * peer named (a DATA far ahead, a purge notice over 2^40 ids). */
 
 enum {
     RP_SQ_R_QUEUED   = 1,   /* queued for delivery */
@@ -40,32 +44,36 @@ enum {
 };
 
 typedef struct {
-    uint64_t label;
-    uint64_t handle;
-    uint8_t state;
-} rp_srbq_slot_t;
+    uint64_t seq;           /* UINT64_MAX: free */
+    uint64_t handle, label;
+} rp_srbq_near_t;
 
 typedef struct {
     uint64_t head;          /* next seq to deliver */
     uint64_t ready;         /* every seq in [head, ready) is queued or purged */
     uint64_t tail;          /* one past the highest seq known */
     uint64_t w;             /* sender window; 0 disables purge inference */
-    uint64_t cap;           /* ring size (power of two) */
-    uint64_t max_cap;       /* bound on cap */
-    rp_srbq_slot_t *ring;
+    uint64_t max_held;      /* bound on queued messages and on settled intervals */
+    rp_iset_t settled;      /* seqs >= head queued or purged (purged = settled - queued) */
+    rp_iset_t queued;       /* seqs >= head queued */
+    rp_srbq_near_t *near;   /* queued messages by seq & near_mask (the common, dense case) */
+    uint64_t near_mask;
+    rp_hmap_t msgs;         /* the others: (seq, 0) -> handle; (seq, 1) -> label if labelled */
     rp_hmap_t labels;       /* label -> newest queued seq in [head, ready) with that label */
     uint64_t *purged;       /* (seq, handle) pairs purged by TP4, not yet taken */
     size_t npurged, purgedcap;
     uint64_t n_queued, n_delivered, n_purged_queue, n_purged_inferred, n_purged_marked;
 } rp_srbq_t;
 
+/* cap: a size hint; max_cap: the bound on messages held (and on intervals of
+ * settled seqs), 0 for the default 2^26.  RP_EINVAL if cap > max_cap. */
 int  rp_srbq_init(rp_srbq_t *q, uint64_t base, uint64_t w, uint64_t cap, uint64_t max_cap);
 void rp_srbq_free(rp_srbq_t *q);
 
 /* Insert a received message.  Returns RP_SQ_R_QUEUED, RP_SQ_R_OLD (caller
- * frees `handle`), or RP_EFULL/RP_ENOMEM.  Messages this (or infer /
- * mark_purged) lets into the prefix may purge older ones: take their
- * handles with rp_srbq_take_purged. */
+ * frees `handle`), or RP_EFULL (max_held reached) / RP_ENOMEM.  Messages
+ * this (or infer / mark_purged) lets into the prefix may purge older ones:
+ * take their handles with rp_srbq_take_purged. */
 int rp_srbq_insert(rp_srbq_t *q, uint64_t seq, uint64_t label, uint64_t handle);
 
 /* Handles of queued messages purged by TP4 since the last call: writes up
@@ -78,12 +86,19 @@ size_t rp_srbq_take_purged(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size
 int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi);
 
 /* An explicit purge notice for seq (from a peer's "purged" answer).
- * Returns 1 if an empty slot became purged, 0 otherwise. */
+ * Returns 1 if an empty seq became purged, 0 otherwise. */
 int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq);
+
+/* Every empty seq in [lo, hi] will never come (lost, purged): one interval,
+ * whatever its length.  Returns how many became purged (0 on no room). */
+uint64_t rp_srbq_mark_purged_range(rp_srbq_t *q, uint64_t lo, uint64_t hi);
 
 /* Deliver in FIFO order: writes up to max (handle, seq) pairs, stopping at
  * the first seq not yet received.  Purged seqs are skipped. */
 size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t max);
+
+/* 1 and the handle of the message rp_srbq_pop would deliver next, or 0. */
+int rp_srbq_peek(const rp_srbq_t *q, uint64_t *handle);
 
 RP_INLINE uint64_t rp_srbq_pending(const rp_srbq_t *q) { return q->tail - q->head; }
 

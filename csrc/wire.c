@@ -6,7 +6,7 @@
 const char *const rp_wire_reason_names[RP_WR__COUNT] = {
     "ok", "short", "oversize", "magic", "version", "dflags", "mac", "count",
     "msg_trunc", "body_trunc", "trailing", "type", "flags", "body", "seq",
-    "group", "auth", "not_own",
+    "group", "auth", "not_own", "replay", "sig",
 };
 
 const char *const rp_wire_type_names[RP_T__COUNT] = {
@@ -99,6 +99,27 @@ static int check_section(uint8_t kind, uint8_t flags, const uint8_t *d, size_t l
 /* A body made only of well-formed sections.  `only_missing` restricts the
  * known kinds to MISSING (RTX, GCNOTE, GAPNOTE carry no LASTSEEN, STABILITY
  * or LIVE); unknown kinds are skipped there as everywhere else. */
+/* Member entries in a JOIN/MEMBERS body: how many, or -1 if they do not
+ * tile it.  The family byte (offset 20; it was reserved, always 0) says the
+ * entry's size: 0, IPv4, 40 bytes; 6, IPv6, 56 (the address after them). */
+static long member_entries(const uint8_t *body, size_t len) {
+    long n = 0;
+    size_t o = 0;
+    while (o < len) {
+        if (len - o < RP_MEMBER_ENTRY)
+            return -1;
+        uint8_t fam = body[o + 20];
+        if (rp_ld32(body + o + 20) >> 8)
+            return -1;          /* the family word's other bytes stay reserved */
+        size_t sz = fam == RP_MEMBER_FAMILY_V6 ? RP_MEMBER_ENTRY6 : fam == 0 ? RP_MEMBER_ENTRY : 0;
+        if (!sz || len - o < sz)
+            return -1;
+        o += sz;
+        n++;
+    }
+    return n;
+}
+
 static int check_sections(const uint8_t *p, size_t len, int only_missing) {
     rp_secit_t it;
     rp_secit_init(&it, p, len);
@@ -160,10 +181,10 @@ int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t 
         break;
     }
     case RP_T_JOIN:
-        ok = len == RP_MEMBER_ENTRY;
+        ok = member_entries(body, len) == 1;
         break;
     case RP_T_MEMBERS:
-        ok = len % RP_MEMBER_ENTRY == 0;
+        ok = member_entries(body, len) >= 0;
         break;
     case RP_T_STABILITY:
         ok = len >= 16 && (uint64_t)rp_ld32(body + 8) * 16 + 16 == len;
@@ -202,7 +223,7 @@ int rp_wire_parse(const uint8_t *buf, size_t len, size_t max_len, rp_dghdr_t *h,
     if (h->version != RP_WIRE_VERSION)
         return RP_WR_VERSION;
     h->dflags = buf[3];
-    if (h->dflags & ~RP_DGF_KNOWN)
+    if ((h->dflags & ~RP_DGF_KNOWN) || ((h->dflags & (RP_DGF_ENC | RP_DGF_SIG)) && !(h->dflags & RP_DGF_MAC)))
         return RP_WR_DFLAGS;
     h->group = rp_ld32(buf + 4);
     h->source = rp_ld32(buf + 8);

@@ -20,12 +20,14 @@
 #define RP_DG_HDR          24
 #define RP_MSG_HDR         24
 #define RP_WIRE_MAX_DGRAM  65507        /* largest UDP/IPv4 payload */
-#define RP_WIRE_MAX_MAC    64
+#define RP_WIRE_MAX_MAC    128
 #define RP_WIRE_MAX_MSGS   2730         /* bound for arrays; at most (65507-24)/24 = 2728 fit */
 
 /* Datagram flags. */
 #define RP_DGF_MAC         0x01         /* MAC trailer of mac_len bytes */
-#define RP_DGF_KNOWN       0x01
+#define RP_DGF_ENC         0x02         /* body encrypted under the MAC's key (auth.h); with MAC only */
+#define RP_DGF_SIG         0x04         /* Ed25519 signature block before the MAC trailer (auth.h); with MAC only */
+#define RP_DGF_KNOWN       0x07
 
 /* Message types. */
 enum {
@@ -166,8 +168,10 @@ enum {
 
 #define RP_GOSSIP_FIXED    24     /* u64 hb_sig, u64 mem_sig, u64 timestamp */
 #define RP_MEMBER_ENTRY    40     /* u32 id, u32 inc, u8 status, u8 role, u16 port,
-                                     u32 ipv4, u32 rank, u32 reserved,
+                                     u32 ipv4, u32 rank, u8 family + 3 bytes 0,
                                      u64 freshness, u64 lastseq */
+#define RP_MEMBER_FAMILY_V6 6     /* family byte: 16 bytes of IPv6 address follow */
+#define RP_MEMBER_ENTRY6   56     /* an IPv6 entry: the 40 bytes (ipv4 0), then the address */
 #define RP_HB_ENTRY        16     /* u32 sender, u32 inc, u64 seq */
 
 /* Decoder reason codes: 0 is success, every other value is counted. */
@@ -191,6 +195,8 @@ enum {
     RP_WR_AUTH,         /* MAC check failed (counted by the engine) */
     RP_WR_NOT_OWN,      /* DATA or HEARTBEAT of a stream not the datagram source's own
                            (counted by the engine) */
+    RP_WR_REPLAY,       /* a keyed control datagram whose counter was seen (replay.h) */
+    RP_WR_SIG,          /* an authority-bearing message without a valid signature of its source */
     RP_WR__COUNT
 };
 

@@ -29,6 +29,7 @@ import dataclasses
 import errno
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -65,6 +66,30 @@ def _stream_id(s) -> int:
 RECEIVE_BUF = 1 << 20
 
 
+def _buf_refs(batch) -> int:
+    return sys.getrefcount(batch.buf)
+
+
+def _buf_held(batch) -> bool:
+    """Whether anything but the batch itself refers to its buffer: a
+    payload memoryview handed out by receive() (or a copy of batch.buf)."""
+    return _buf_refs(batch) > _BUF_ALONE
+
+
+_scratch = threading.local()
+SCRATCH_MAX = 64 << 20
+
+
+def _scratch_buf(size: int) -> bytearray:
+    """This thread's buffer for recv_batch without one: at least 4 MiB, grown
+    to `size` (at most SCRATCH_MAX; a batch stops early when it is full)."""
+    size = min(max(size, 4 << 20), SCRATCH_MAX)
+    b = getattr(_scratch, "buf", None)
+    if b is None or len(b) < size:
+        b = _scratch.buf = bytearray(size)
+    return b
+
+
 class Message(NamedTuple):
     sender: int
     inc: int
@@ -92,6 +117,10 @@ class Batch(NamedTuple):
     def payload(self, i) -> memoryview:
         o = int(self.offs[i])
         return memoryview(self.buf)[o:o + int(self.lens[i])]
+
+
+# a batch's buffer referred to by nothing else: the count _buf_refs sees
+_BUF_ALONE = _buf_refs(Batch(0, *([None] * 7), bytearray(0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +191,8 @@ def _socket_error_to_config(e: SocketError, cfg: Config, where: str):
     if stage == "bind" and err == errno.EADDRNOTAVAIL:
         return ConfigError(f"{where}: that IP address is not on this host; use one of its addresses "
                            f"(e.g. 127.0.0.1)")
-    if stage in ("IP_ADD_MEMBERSHIP", "IP_MULTICAST_IF") and err in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.EINVAL):
+    if stage in ("IP_ADD_MEMBERSHIP", "IP_MULTICAST_IF", "IPV6_JOIN_GROUP", "IPV6_MULTICAST_IF") and \
+            err in (errno.ENODEV, errno.EADDRNOTAVAIL, errno.EINVAL):
         return ConfigError(f"cannot use interface {cfg.interface!r} for multicast ({os.strerror(err)}); "
                            f"interfaces here: {', '.join(netaddr.interfaces())}")
     if err == errno.EACCES:
@@ -187,20 +217,15 @@ class Node:
         streams: the stream ids to deliver (None: every stream; see
         subscribe) -- the others are filtered out in the data plane."""
         cfg = config.validate()
-        gip, gport = netaddr.parse_hostport(cfg.group_addr)
-        bip, bport = netaddr.parse_hostport(cfg.bind)
-        ifname, ifindex, if_ip = (None, 0, 0)
-        if cfg.transport == "multicast":
-            try:
-                ifname, ifindex, if_ip = netaddr.resolve_interface(cfg.interface)
-            except netaddr.AddressError as e:
-                raise ConfigError(str(e)) from None
-            if not netaddr.multicast_route(ifname, gip):
-                raise ConfigError(f"no multicast route for {cfg.group_addr.split(':')[0]} on {ifname}: "
-                                  f"run `ip route add 224.0.0.0/4 dev {ifname}` (or use transport = 'unicast')")
+        try:
+            # the sockets' addresses, either family (netaddr.transport_endpoints)
+            eps = netaddr.transport_endpoints(cfg)
+        except netaddr.AddressError as e:
+            raise ConfigError(str(e)) from None
+        eps.pop("ifname")
         members = [MemberSpec(m.node_id, netaddr.addr_of(m.addr), m.role, m.rank) for m in cfg.members]
         inc = cfg.incarnation if cfg.incarnation is not None else _incarnation(cfg)
-        ecfg = cfg.replace(members=members, incarnation=inc, addr=0)
+        ecfg = cfg.replace(members=members, incarnation=inc, addr=0, mtu=netaddr.datagram_mtu(cfg))
         self.config = cfg
         # mac_counter0, the wall clock: a keyed group's MAC nonce counter starts
         # beyond every counter an earlier run used (csrc/auth.h)
@@ -222,11 +247,10 @@ class Node:
             self.engine.node.set_conflate(cfg.conflate)
         try:
             self.transport = Transport(
-                self.engine, group_ip=gip, group_port=gport, bind_ip=bip, bind_port=bport,
-                if_ip=if_ip, ifindex=ifindex, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
+                self.engine, **eps, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
                 sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
                 busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
-                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive)
+                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive, drop_own=cfg.drop_own_copy)
         except SocketError as e:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
@@ -247,7 +271,6 @@ class Node:
             logging.getLogger("rpbcast").warning(w)
         self._batch = None
         self._bi = 0
-        self._buf = bytearray(max(4 << 20, cfg.mtu * 4096))
         self._spin = cfg.receive_spin_us * 1e-6
         self._streams_chosen = streams is not None
         if streams is not None:
@@ -265,7 +288,7 @@ class Node:
         if stats_socket:
             self._serve_stats(stats_socket)
         if start:
-            self.transport.start()
+            self.transport.start(cfg.loop_cpu)
         if cfg.role != "logger":
             # (a weak reference: a node nobody closes is still collected, and its __del__ stops it)
             threading.Thread(target=_watch, args=(weakref.ref(self), self._stop), name=f"rpbcast-watch-{cfg.node_id}",
@@ -585,15 +608,22 @@ class Node:
 
     # ---- receiving ------------------------------------------------------
     def recv_batch(self, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
-        buf = buf if buf is not None else bytearray(max(len(self._buf), self.config.mtu * max_n))
-        streams = np.empty(max_n, np.uint32)
-        k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf, streams)
+        """Take up to max_n deliveries (payloads back to back into buf; without
+        one, into a buffer of the batch's own, of the size they take)."""
+        scratch = buf is None
+        if scratch:
+            buf = _scratch_buf(self.config.mtu * max_n)
+        k, s, i, q, lab, t, off, ln, st = self.transport.take(max_n, buf)
         need = self.engine.node.recv_need if not k else 0
         if need > len(buf):
             # The next message is a large one, whole: a buffer that holds it.
-            buf = bytearray(need)
-            k, s, i, q, lab, t, off, ln = self.transport.recv_batch(max_n, buf, streams)
-        return Batch(k, s, i, q, lab, t, off, ln, buf, streams[:k])
+            buf, scratch = bytearray(need), False
+            k, s, i, q, lab, t, off, ln, st = self.transport.take(max_n, buf)
+        if scratch:
+            # what the batch took, copied out of this thread's scratch buffer
+            # (not a zeroed buffer of mtu * max_n bytes per call)
+            buf = buf[:int(off[k - 1]) + int(ln[k - 1])] if k else bytearray()
+        return Batch(k, s, i, q, lab, t, off, ln, buf, st)
 
     def poll(self, timeout: float = 0.0, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
         """Drive the node from the calling thread and take what it delivers:
@@ -619,12 +649,17 @@ class Node:
                 return Message(int(b.senders[i]), int(b.incs[i]), int(b.seqs[i]),
                                None if lab == NOLABEL else lab, b.payload(i), int(b.rx_times[i]),
                                int(b.streams[i]) if b.streams is not None else 0)
-            # A fresh buffer per batch: payloads handed out earlier are
-            # memoryviews into the previous one and must stay valid.  A
-            # batch that came back empty handed nothing out: reuse it.
+            # Payloads handed out earlier are memoryviews into the previous
+            # batch's buffer and must stay valid: it is reused only when none
+            # of them is still alive (a fresh, zeroed 1 MiB buffer per
+            # message was most of receive()'s 30 us; bench/receive_cost.py).
+            # An empty batch handed nothing out: its buffer is free whoever
+            # refers to it.
             prev = self._batch
-            buf = prev.buf if prev is not None and prev.count == 0 else bytearray(RECEIVE_BUF)
+            free = prev is not None and (prev.count == 0 or not _buf_held(prev))
+            buf = prev.buf if free else bytearray(RECEIVE_BUF)
             self._batch = self.recv_batch(RECEIVE_BATCH, buf)
+            del buf         # (held here, it would look like a payload held on the next turn)
             self._bi = 0
             if self._batch.count:
                 continue
@@ -706,23 +741,29 @@ class Node:
         return self._atomic
 
     def _propose(self, payload, timeout: Optional[float]):
-        """Publish an atomic message's record: (seq, timeout), seq None if
-        back-pressure kept it out until the timeout passed."""
+        """Publish an atomic message's records (its PROPOSE, after the PART
+        records of a payload larger than a datagram): (seq of the PROPOSE,
+        timeout), seq None if back-pressure kept one out until the timeout
+        passed."""
         ext = self._need_atomic()
         t = self.config.atomic_timeout if timeout is None else float(timeout)
         self.transport.lock()
         try:
-            record = ext.record(payload, t)
+            recs = ext.records(payload, t)
         finally:
             self.transport.unlock()
         give_up = time.monotonic() + t
-        while True:
-            try:
-                return self.transport.publish(record, ATOMIC_LABEL), t
-            except BlockingIOError:
-                if time.monotonic() >= give_up:
-                    return None, t
-                time.sleep(0.001)
+        seq = None
+        for record in recs:
+            while True:
+                try:
+                    seq = self.transport.publish(record, ATOMIC_LABEL)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= give_up:
+                        return None, t
+                    time.sleep(0.001)
+        return seq, t
 
     def _watch(self, seq, fn):
         self.transport.lock()

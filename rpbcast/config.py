@@ -7,6 +7,7 @@ nanoseconds.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -17,6 +18,15 @@ class ConfigError(ValueError):
 
 ROLES = ("member", "logger")
 TRANSPORTS = ("multicast", "unicast")
+
+
+def _is_ipv4_text(text: str) -> bool:
+    import ipaddress
+    try:
+        ipaddress.IPv4Address(text)
+        return True
+    except ValueError:
+        return False
 SELECTIONS = ("uniform", "linear", "quadratic")
 DELIVERY = ("unordered", "fifo")
 FLOW_CONTROL = ("loggers", "receivers")
@@ -80,7 +90,8 @@ class Config:
     # fragments must fit the store: at most store_bytes / 2.  0: the smaller
     # of 16 MiB and store_bytes / 2 (Config.message_cap).
     max_message_size: int = 0
-    reassembly_bytes: int = 0             # bound on partial messages here; 0 = 2 x the message cap
+    reassembly_bytes: int = 0             # bound on large messages held here outside the store (partial,
+                                          # or whole and not yet taken); 0 = max(2 x the cap, store_bytes / 2)
 
     # gossip repair (thesis Table 7.1)
     gossip_interval: float = 0.25
@@ -96,6 +107,13 @@ class Config:
     nack_sender_max: int = 16
     repair_rate: float = 0.0              # repairs/s this node serves (0 = unlimited; §7.1)
     repair_burst: float = 0.0
+    requester_repair_rate: float = 100_000.0  # repairs/s one requester (source address) may take of
+                                          # this node's repairs; beyond, its ids are left unserved and
+                                          # others still get theirs (csrc/reqlimit.h; 0 = no per-
+                                          # requester limit).  A logger's catch-up is paced by
+                                          # catchup_rate instead
+    requester_repair_burst: float = 0.0   # tokens one requester saves up (0 = 0.1 s worth)
+    repair_requesters: int = 1024         # requesters tracked for that (least recently used evicted)
     max_scan: int = 65536                 # ids examined per requested section
     max_streams: int = 4096               # streams (sender incarnations) a node keeps state for;
                                           # data of further ones is dropped, counted streams_refused
@@ -110,6 +128,8 @@ class Config:
 
     # senders
     idle_after: float = 0.005             # silence before the idle heartbeat (§5.1)
+    tail_probe: float = 0.0002            # silence before a heartbeat that shows a lost last message
+                                          # at once (a tail-loss probe; wait >= 2 x RTT; 0 = none)
     ack_loggers: int = 1                  # loggers that must hold a message before it leaves the send buffer
     logger_retx_timeout: float = 0.5      # resend unacknowledged messages to a logger after this
     linger: float = 5.0                   # Node.close() waits up to this long for what flow control
@@ -207,13 +227,18 @@ class Config:
     want: Optional[Callable] = None
 
     # network (the UDP transport; the engine itself never sees these)
+    # IPv6: "[ff02::1234]:7400", "[::1]:0", "[fe80::1%eth0]:0" -- a node is of
+    # one family, the group's: bind and members must be of the same
     group_addr: str = "239.255.77.1:7400"  # multicast group and port
     bind: str = "127.0.0.1:0"             # unicast address (port 0: pick one)
-    interface: str = "lo"                 # multicast interface (name or IPv4 address)
+    interface: str = "lo"                 # multicast interface: name or IPv4 address; IPv6: name or
+                                          # index (an int or digits), always explicit
     transport: str = "multicast"          # or "unicast": fan-out to the member list
     ttl: int = 1                          # multicast TTL: 1 reaches hosts on the interface's link (0: this
                                           # host only; more: across routers that forward the group)
     multicast_loop: bool = True           # receivers on this host see our multicast
+    drop_own_copy: bool = True            # ... but our own receiving socket does not: a socket
+                                          # filter drops it in the kernel (no wake-up per publish)
     rcvbuf: int = 8 << 20
     sndbuf: int = 8 << 20
     rx_batch: int = 64                    # datagrams per recvmmsg
@@ -224,6 +249,8 @@ class Config:
                                           # (one thread wake-up per message instead of two)
     receive_spin_us: int = 0              # receive() retries the sockets this long before it
                                           # sleeps (0: no spin; burns the core meanwhile)
+    loop_cpu: Optional[int] = None        # pin the loop thread to this CPU (None: the scheduler's
+                                          # choice; the application pins its own threads)
     timestamps: bool = False              # kernel receive timestamps
     drop_rate: float = 0.0                # in-process receive loss (tests without root)
     state_dir: Optional[str] = None       # where a restarted node finds its last incarnation
@@ -232,6 +259,15 @@ class Config:
     # datagram carry an AES-128-GMAC and drops every one without a valid MAC.
     # None: unkeyed (any host that can reach the group's ports is trusted).
     key_file: Optional[str] = None
+    # encrypt the body of every datagram under the group key (AES-128-GCM,
+    # the same one seal per datagram); needs key_file.  Payloads and control
+    # contents are then unreadable without the key; headers stay clear.
+    encrypt: bool = False
+    # sign authority-bearing control messages (JOIN, LEAVE, MEMBERS, GAPNOTE,
+    # GCNOTE, LOGACK) with this node's Ed25519 key and take them only with a
+    # valid signature of their source: key holders cannot speak in another
+    # member's name.  Needs key_file with a `sign` line and `pub` lines.
+    signed: bool = False
 
     def __post_init__(self):
         self.validate()
@@ -242,6 +278,17 @@ class Config:
         """The largest payload publish takes: max_message_size, or by
         default the smaller of 16 MiB and store_bytes / 2."""
         return self.max_message_size or min(16 << 20, self.store_bytes // 2)
+
+    @property
+    def reassembly_bound(self) -> int:
+        """Bytes of large messages a receiver holds outside the store
+        (partials, and whole ones the application has not taken):
+        reassembly_bytes, or by default the larger of twice the message cap
+        and half the store.  Flow control lets a sender run as far ahead as
+        the store holds: while one message waits for a repaired fragment,
+        those behind it must fit here, or their fragments are dropped and
+        sent again (at 1 % loss on loopback a third of the bytes were)."""
+        return self.reassembly_bytes or max(2 * self.message_cap, self.store_bytes // 2)
 
     def validate(self):
         def need(cond, msg):
@@ -299,7 +346,7 @@ class Config:
              f"max_message_size ({self.max_message_size}) must be at most store_bytes / 2 "
              f"({self.store_bytes // 2}): a message and its fragments are stored at once")
         need(self.reassembly_bytes == 0 or self.reassembly_bytes >= self.message_cap,
-             f"reassembly_bytes must be 0 (2 x max_message_size) or at least max_message_size "
+             f"reassembly_bytes must be 0 (the default bound) or at least max_message_size "
              f"({self.message_cap}), got {self.reassembly_bytes!r}")
         need(self.store_entries >= 1024, f"store_entries must be at least 1024, got {self.store_entries}")
         for name in ("gossip_interval", "join_interval", "member_timeout", "nack_min_interval",
@@ -310,8 +357,18 @@ class Config:
             need(isinstance(v, (int, float)) and v > 0, f"{name} must be a positive number of seconds, got {v!r}")
         need(isinstance(self.gc_limit, int) and self.gc_limit >= 1,
              f"gc_limit must be at least 1 round, got {self.gc_limit!r}")
+        need(isinstance(self.tail_probe, (int, float)) and not isinstance(self.tail_probe, bool)
+             and 0 <= self.tail_probe < self.idle_after,
+             f"tail_probe must be 0 (none) or a number of seconds below idle_after ({self.idle_after!r}), "
+             f"got {self.tail_probe!r}")
         need(self.gossip_buffer_bytes >= 0, "gossip_buffer_bytes must be >= 0")
         need(self.repair_rate >= 0, "repair_rate must be >= 0 (0 = unlimited)")
+        need(self.requester_repair_rate >= 0,
+             f"requester_repair_rate must be >= 0 repairs/s (0 = no limit), got {self.requester_repair_rate!r}")
+        need(self.requester_repair_burst >= 0,
+             f"requester_repair_burst must be >= 0 (0 = 0.1 s worth), got {self.requester_repair_burst!r}")
+        need(1 <= self.repair_requesters <= 1 << 20,
+             f"repair_requesters must be in 1..2**20, got {self.repair_requesters!r}")
         need(isinstance(self.amplify_factor, (int, float)) and not isinstance(self.amplify_factor, bool)
              and (self.amplify_factor == 0 or 1 <= self.amplify_factor <= 100),
              f"amplify_factor must be 0 (off) or in 1..100, got {self.amplify_factor!r}")
@@ -352,21 +409,41 @@ class Config:
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
         need(isinstance(self.app_receive, bool), f"app_receive must be true or false, got {self.app_receive!r}")
+        need(self.loop_cpu is None or (isinstance(self.loop_cpu, int) and not isinstance(self.loop_cpu, bool)
+                                       and self.loop_cpu in os.sched_getaffinity(0)),
+             f"loop_cpu must be None or one of the CPUs this process may run on "
+             f"{sorted(os.sched_getaffinity(0))}, got {self.loop_cpu!r}")
+        need(isinstance(self.drop_own_copy, bool),
+             f"drop_own_copy must be true or false, got {self.drop_own_copy!r}")
         need(isinstance(self.receive_spin_us, int) and not isinstance(self.receive_spin_us, bool)
              and 0 <= self.receive_spin_us <= 1_000_000,
              f"receive_spin_us must be 0..1000000 microseconds, got {self.receive_spin_us!r}")
         need(0.0 <= self.drop_rate < 1.0, f"drop_rate must be in [0, 1), got {self.drop_rate}")
         from rpbcast import netaddr
         try:
-            gip, gport = netaddr.parse_hostport(self.group_addr, "group_addr")
-            netaddr.parse_hostport(self.bind, "bind")
-            for m in self.members:
-                if not isinstance(m.addr, int):
-                    netaddr.parse_hostport(m.addr, f"member {m.node_id} addr")
+            g = netaddr.parse_endpoint(self.group_addr, "group_addr")
+            b = netaddr.parse_endpoint(self.bind, "bind")
+            fams = {m.node_id: (netaddr.family_of(m.addr) if isinstance(m.addr, int) else
+                                netaddr.parse_endpoint(m.addr, f"member {m.node_id} addr").family)
+                    for m in self.members if not (isinstance(m.addr, int) and m.addr == 0)}
         except netaddr.AddressError as e:
             raise ConfigError(str(e)) from None
-        need((gip >> 28) == 0xE, f"group_addr must be a multicast address (224.0.0.0/4), got {self.group_addr}")
-        need(gport != 0, "group_addr needs a port")
+        if g.family == 4:
+            need((g.ip >> 28) == 0xE, f"group_addr must be a multicast address (224.0.0.0/4), got {self.group_addr}")
+        else:
+            need(g.ip[0] == 0xFF, f"group_addr must be an IPv6 multicast address (ff00::/8), got {self.group_addr}")
+        need(g.port != 0, "group_addr needs a port")
+        need(b.family == g.family, f"bind {self.bind} is IPv{b.family} but group_addr {self.group_addr} is "
+                                   f"IPv{g.family}: a node uses one family (mixed families)")
+        for nid, fam in fams.items():
+            need(fam == g.family, f"member {nid} addr is IPv{fam} but group_addr is IPv{g.family}: "
+                                  f"a group uses one family (mixed families)")
+        if g.family == 6 and self.transport == "multicast":
+            itf = self.interface
+            need(isinstance(itf, int) and not isinstance(itf, bool) and itf > 0
+                 or isinstance(itf, str) and itf != "" and not _is_ipv4_text(itf),
+                 f"interface: IPv6 multicast needs the interface named explicitly, by name or index, "
+                 f"got {itf!r}")
         if self.role == "logger":
             need(self.log_dir is not None, "a logger needs log_dir: the directory of its on-disk log")
         self._validate_atomic(need)
@@ -381,6 +458,14 @@ class Config:
             need(isinstance(self.key_file, (str, bytes)) or hasattr(self.key_file, "__fspath__"),
                  f"key_file must be a path, got {self.key_file!r}")
             read_key_file(self.key_file)
+        need(isinstance(self.encrypt, bool), f"encrypt must be True or False, got {self.encrypt!r}")
+        need(not self.encrypt or self.key_file is not None, "encrypt needs key_file (the group key)")
+        need(isinstance(self.signed, bool), f"signed must be True or False, got {self.signed!r}")
+        if self.signed:
+            need(self.key_file is not None, "signed needs key_file (with 'sign' and 'pub' lines)")
+            priv, pubs = read_signing_keys(self.key_file)
+            need(priv is not None, f"signed: key_file {self.key_file} has no 'sign <64 hex digits>' line")
+            need(bool(pubs), f"signed: key_file {self.key_file} has no 'pub <node id> <64 hex digits>' line")
         return self
 
     def _validate_atomic(self, need):
@@ -426,8 +511,8 @@ class Config:
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
                "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
-               "max_message_size", "reassembly_bytes", "reply_outbox_bytes")
-_NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
+               "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
+_NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 
 
 def _member_spec(m) -> MemberSpec:
@@ -466,8 +551,8 @@ def read_key_file(path) -> list:
     keys = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
+        if not line or line.split()[0] in ("sign", "pub"):
+            continue                    # signature keys: read_signing_keys
         parts = line.split()
         if len(parts) != 2:
             raise bad(f"line {n}: expected '<key id> <32 hex digits>'")
@@ -487,6 +572,47 @@ def read_key_file(path) -> list:
     if not 1 <= len(keys) <= 2:
         raise bad(f"needs one key, or two during a roll-over; found {len(keys)}")
     return keys
+
+
+def read_signing_keys(path):
+    """The Ed25519 keys in a key file (docs/security.md, "Identity among
+    key holders"): (this node's private seed or None, {node id: public
+    key}) from the lines ``sign <64 hex digits>`` (at most one) and ``pub
+    <node id> <64 hex digits>``.  A bad line is a ConfigError naming
+    key_file."""
+    def bad(why):
+        return ConfigError(f"key_file {path}: {why}")
+    try:
+        with open(path, "r", encoding="ascii") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise bad(f"cannot be read ({e})") from None
+    priv, pubs = None, {}
+    for n, line in enumerate(text.splitlines(), 1):
+        parts = line.split("#", 1)[0].split()
+        if not parts or parts[0] not in ("sign", "pub"):
+            continue
+        try:
+            if parts[0] == "sign" and len(parts) == 2:
+                if priv is not None:
+                    raise bad(f"line {n}: a second 'sign' line")
+                priv = bytes.fromhex(parts[1])
+                key = priv
+            elif parts[0] == "pub" and len(parts) == 3:
+                nid = int(parts[1], 10)
+                key = bytes.fromhex(parts[2])
+                if not 0 < nid < 2**32 - 2:
+                    raise bad(f"line {n}: node id must be 1..2^32-3, got {nid}")
+                if nid in pubs:
+                    raise bad(f"line {n}: node {nid} has two public keys")
+                pubs[nid] = key
+            else:
+                raise ValueError
+        except ValueError:
+            raise bad(f"line {n}: expected 'sign <64 hex digits>' or 'pub <node id> <64 hex digits>'") from None
+        if len(key) != 32:
+            raise bad(f"line {n}: an Ed25519 key is 32 bytes (64 hex digits), got {len(key)}")
+    return priv, pubs
 
 
 def read_toml(path) -> dict:

@@ -22,10 +22,13 @@ START_DELAY_NS = 300_000_000
 
 
 def stress_args(rate, duration, receivers=2, run_dir=None, **over):
-    """The options of an `rpbcast stress` run, as its plan reads them."""
+    """The options of an `rpbcast stress` run, as its plan reads them.
+    Flow control by the logger alone: the group goes on while a receiver is
+    away, and the receiver catches up from the log (held to its receivers
+    too, the stress default, the sender would wait for it instead)."""
     a = dict(senders=1, receivers=receivers, loggers=1, size=64, rate=rate, duration=duration, loss=0.0,
              transport="auto", no_gso=False, inline=False, busy_poll=False, batch=1024, gossip_interval=0.02,
-             flow_control="auto", labels="none", srb_window=0, slow_receiver=0, gsgc=False, gsgc_b=1,
+             flow_control="loggers", labels="none", srb_window=0, slow_receiver=0, gsgc=False, gsgc_b=1,
              run_dir=run_dir, trace=False)
     a.update(over)
     return argparse.Namespace(**a)

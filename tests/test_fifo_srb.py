@@ -682,8 +682,9 @@ def purging_before_safety(naive, seed=3):
     A); the first transmissions of m1 and m3 are lost everywhere and m3 never
     leaves p at all (every copy of it is lost: only p holds it).  q = 2
     gets m2, asks for m1, delivers m1 (if it gets it) and m2; then p
-    crashes.  Returns the run."""
-    g = srb_group(3, [1], seed=seed, f=1, w=8)
+    crashes.  Returns the run.  No tail probe: it would show the loss of
+    m1 before m3 exists and m1 would be repaired before any purge."""
+    g = srb_group(3, [1], seed=seed, f=1, w=8, tail_probe=0)
     run = Run(g)
     g.net.drop_filter = lambda src, dst, data: any(
         (m.type == T.DATA and m.sender == 1 and m.seq == 0) or is_copy(m, 1, {2}) for m in msgs_of(data))

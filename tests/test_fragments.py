@@ -401,15 +401,24 @@ def test_api_errors_name_the_cap(tmp_path):
 
 
 @pytest.mark.netns
-def test_atomic_publish_larger_than_a_datagram_is_a_clear_error(tmp_path):
-    """Large atomic payloads are out of scope: a clear ValueError, nothing
-    proposed; a payload that fits one datagram still commits."""
+def test_atomic_publish_larger_than_a_datagram_commits_whole_on_sockets(tmp_path):
+    """A 1 MB atomic payload goes as PART records before its PROPOSE
+    (docs/atomic.md): it commits and every other member's receive_atomic
+    hands over the whole payload once (before: ValueError "atomic payload
+    must fit one datagram"); above max_message_size it is a clear error."""
     with netns.namespace() as ns, netns.entered(ns):
-        nodes = group(2, tmp_path=tmp_path, atomic=True)
+        nodes = group(3, tmp_path=tmp_path, atomic=True, max_message_size=2 << 20)
         try:
             time.sleep(0.2)
-            with pytest.raises(ValueError, match="atomic payload must fit one datagram"):
-                nodes[1].publish_atomic(b"z" * 5000, timeout=2.0)
+            big = bytes(range(256)) * 4096
+            out = nodes[1].publish_atomic(big, timeout=10.0)
+            assert out.committed, out
+            for i in (2, 3):
+                m = nodes[i].receive_atomic(timeout=10)
+                assert m is not None and m.seq == out.seq and bytes(m.payload) == big
+                assert nodes[i].receive_atomic(timeout=0.2) is None
+            with pytest.raises(ValueError, match="max_message_size"):
+                nodes[1].publish_atomic(b"z" * ((2 << 20) + 1), timeout=2.0)
             assert nodes[1].publish_atomic(b"small", timeout=2.0).committed
         finally:
             for n in nodes.values():

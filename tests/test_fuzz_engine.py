@@ -21,10 +21,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T = wire.MsgType
 MS = 1_000_000
 SANITIZED_SECONDS = 40      # the CI budget of the sanitized run (the build comes on top)
-# fifo-srb (max_gap 2^32) is left out until the FIFO delivery queue stops
-# allocating by sequence range (test_fuzz_findings.py, the xfail): it finds
-# that at once.  fifo-srb-gap runs the same code with max_gap 4096.
-CI_VARIANTS = "plain,atomic,fifo-srb-gap"
+# fifo-srb runs with the default max_gap (2^32) since the FIFO delivery
+# queue no longer allocates by sequence range (test_fuzz_findings.py);
+# fifo-srb-gap runs the same code with max_gap 4096.
+CI_VARIANTS = "plain,atomic,fifo-srb,fifo-srb-gap"
 
 
 def load(name):

@@ -251,6 +251,48 @@ def test_a_members_entry_moving_a_member_to_another_address_is_dropped(tmp_path)
     g.exactly_once(2 * N)
 
 
+@pytest.mark.parametrize("status", [0, 4])
+def test_a_members_entry_from_a_third_party_cannot_mark_a_member_left_or_jump_its_freshness(tmp_path, status):
+    """A key holder's MEMBERS entry about another member, same incarnation
+    and address: "left" (status 0) one step fresher, or "disconnected"
+    (status 4) 2^40 fresher, which no genuine entry could ever pass.  Only
+    the member itself or a logger says a member left, and a third party
+    moves freshness only a few steps."""
+    g = start(tmp_path)
+    victim = 2
+    before = g.E[1].members.get(victim).freshness
+    fresh = before + 1 if status == 0 else before + (1 << 40)
+    entry = member_entry(victim, g.E[victim].inc, victim, fresh, status=status)
+    g.forge((T.MEMBERS, wire.F_PUSH, ATTACKER, g.E[ATTACKER].inc, 1, 0, entry))
+    run(g, 0.3)
+    for i in (1, 3, LOGGER):
+        m = g.E[i].members.get(victim)
+        assert m.status == 1 and m.freshness < before + 16, f"node {i}: {m}"
+    reason = "members_not_authority" if status == 0 else "members_out_of_bounds"
+    assert all(g.rejected(reason)[i] >= 1 for i in (1, 3, LOGGER))
+    g.publish(N, b"n")
+    run(g, 1.0)
+    g.exactly_once(2 * N)
+
+
+def test_a_member_reasserts_its_entry_over_a_third_partys_fresher_one(tmp_path):
+    """A small step ahead passes the bound (a relayed entry may be a few
+    steps ahead): the forged "disconnected" reaches the others, but it
+    reaches the member too, which answers with its own entry, fresher."""
+    g = start(tmp_path)
+    victim = 2
+    before = g.E[1].members.get(victim).freshness
+    entry = member_entry(victim, g.E[victim].inc, victim, before + 3, status=4)
+    g.forge((T.MEMBERS, wire.F_PUSH, ATTACKER, g.E[ATTACKER].inc, 1, 0, entry))
+    run(g, 0.5)
+    for i in (1, 3, LOGGER):
+        m = g.E[i].members.get(victim)
+        assert m.status == 1 and m.freshness > before + 3, f"node {i}: {m}"
+    g.publish(N, b"n")
+    run(g, 1.0)
+    g.exactly_once(2 * N)
+
+
 # ------------------------------------------------------------------ the dispatch guard
 
 def test_a_message_that_makes_a_handler_raise_is_dropped_and_counted(tmp_path):

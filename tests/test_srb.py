@@ -90,8 +90,15 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.q.mark_purged(seq) == self.m.mark_purged(seq)
         self.take_purged()
 
+    @rule(off=st.integers(-3, 40), n=st.integers(0, 12))
+    def mark_purged_range(self, off, n):
+        lo = max(0, self.m.head + off)
+        assert self.q.mark_purged_range(lo, lo + n) == self.m.mark_purged_range(lo, lo + n)
+        self.take_purged()
+
     @rule(max_n=st.one_of(st.integers(1, 4), st.just(1 << 30)))
     def pop(self, max_n):
+        assert self.q.peek() == self.m.peek()
         ready = self.q.ready
         got = self.q.pop(max_n)
         assert got == self.m.pop(max_n)
@@ -127,6 +134,50 @@ class QueueMachine(RuleBasedStateMachine):
 
 TestQueueMachine = QueueMachine.TestCase
 TestQueueMachine.settings = settings(stateful_step_count=40)
+
+
+JUMPS = st.sampled_from([2**16, 2**22, 2**32, 2**40, 2**60])
+FAR_END = 2**63            # seqs stay below (the 2^64 wrap is not a case)
+
+
+class HugeJumpQueueMachine(QueueMachine):
+    """The queue with jumps of up to 2^62 ids (a DATA far ahead, a purge
+    notice or inference over a huge range) against the same model: it must
+    agree, and each step must cost what is held, not the span (a step over
+    2^40 ids with work or memory per id would never finish)."""
+
+    @rule(jump=JUMPS, off=st.integers(-2, 2), label=LABELS)
+    def insert_far(self, jump, off, label):
+        if self.m.head + jump + off < FAR_END:
+            self.do_insert(self.m.head + jump + off, label)
+
+    @rule(jump=JUMPS, off=st.integers(-2, 2), upto=st.sampled_from([0, 1, 5]))
+    def mark_far_range(self, jump, off, upto):
+        # from somewhere near head to far ahead (a GAPNOTE over the gap)
+        lo = self.m.head + upto
+        hi = max(lo, self.m.head + jump + off)
+        if hi >= FAR_END:
+            return
+        assert self.q.mark_purged_range(lo, hi) == self.m.mark_purged_range(lo, hi)
+        self.take_purged()
+
+    @rule(jump=JUMPS, off=st.integers(-2, 2))
+    def infer_far(self, jump, off):
+        t = self.m.head + self.m.w + jump + off
+        if t >= FAR_END:
+            return
+        try:
+            expect = self.m.infer(t)
+        except QueueFull:
+            with pytest.raises(OverflowError):
+                self.q.infer(t)
+            return
+        assert self.q.infer(t) == expect
+        self.take_purged()
+
+
+TestHugeJumpQueueMachine = HugeJumpQueueMachine.TestCase
+TestHugeJumpQueueMachine.settings = settings(max_examples=50, stateful_step_count=40, deadline=None)
 
 
 def test_queue_fifo_and_gaps():
@@ -230,13 +281,19 @@ def test_queue_mark_purged():
     assert q.pop() == [(12, 2)] and q.head == 4
 
 
-def test_queue_bounded_span():
+def test_queue_bounded_by_what_it_holds_not_by_span():
     q = SRBQueue(cap=16, max_cap=16)
-    assert q.insert(15, None, 1) == QUEUED
+    for i in range(16):
+        assert q.insert(2 * i + 1, None, i) == QUEUED      # 16 messages, 16 runs
     with pytest.raises(OverflowError):
-        q.insert(16, None, 2)
-    assert q.tail == 16
-    assert q.mark_purged(16) is False
+        q.insert(100, None, 99)                          # a 17th message
+    assert q.mark_purged(2**40) is False                 # a 17th run
+    assert q.mark_purged(0) is True                      # joins two runs: room
+    assert [s for _, s in q.pop()] == [1]
+    q = SRBQueue(cap=16, max_cap=16)
+    assert q.insert(2**40, None, 1) == QUEUED            # far ahead: one entry
+    assert q.mark_purged_range(0, 2**40 - 1) == 2**40    # one interval
+    assert q.pop() == [(1, 2**40)] and q.head == q.tail == 2**40 + 1
     with pytest.raises(ValueError):
         SRBQueue(cap=64, max_cap=16)
     with pytest.raises(ValueError):

@@ -32,7 +32,11 @@ def test_receiver_killed_and_restarted_catches_up_from_the_logger(tmp_path):
     # Dead for 2 s: longer than the peers' gossip buffers keep messages
     # (gc_limit 50 x 20 ms), so only the logger's log still has what it
     # missed.  Without loss, every repair in the run is that catch-up.
+    # Flow control by the logger alone: held to its receivers too (the
+    # stress default), the sender keeps what the dead receiver lacks and
+    # serves it as a peer.
     rc, s = stress("--receivers", "2", "--loggers", "1", "--rate", "20000", "--duration", "3",
+                   "--flow-control", "loggers",
                    "--kill-receiver", "0.7", "--restart-after", "2.0", tmp_path=tmp_path)
     assert s["receiver_killed"]
     assert rc == 0 and s["exactly_once"], s["problems"]
@@ -110,7 +114,7 @@ def test_the_plan_gives_each_worker_its_part(tmp_path):
     plan = make_plan(args, use_ns=False)
     assert (plan.senders, plan.receivers, plan.loggers) == ([1], [2, 3], [4])
     assert plan.transport == "unicast" and plan.loss_model.startswith("in-process")
-    assert plan.flow_control == "loggers" and os.path.isdir(plan.work)
+    assert plan.flow_control == "receivers" and os.path.isdir(plan.work)   # held to receivers and loggers
     first, second = (worker_spec(args, plan, i, "receiver") for i in plan.receivers)
     assert first["slow"] == 100 and second["slow"] == 0
     assert first["config"]["drop_rate"] == 0.01 and first["config"]["transport"] == "unicast"

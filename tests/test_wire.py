@@ -114,11 +114,12 @@ def test_codes_are_the_wire_formats():
         "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG ATOMIC FLOWACK".split())]
     assert [(r.name, int(r)) for r in R] == [(n, i) for i, n in enumerate(
         "OK SHORT OVERSIZE MAGIC VERSION DFLAGS MAC COUNT MSG_TRUNC BODY_TRUNC TRAILING TYPE FLAGS "
-        "BODY SEQ GROUP AUTH NOT_OWN".split())]
+        "BODY SEQ GROUP AUTH NOT_OWN REPLAY SIG".split())]
     assert [(k.name, int(k)) for k in wire.Section] == [("MISSING", 1), ("LASTSEEN", 2),
                                                          ("STABILITY", 3), ("LIVE", 4)]
     assert (wire.F_LABEL, wire.F_FROM_LOGGER, wire.F_IDLE, wire.F_FIRST) == (1, 2, 1, 2)
     assert (wire.F_REPLY, wire.F_PUSH, wire.F_VECTOR, wire.F_LOST, wire.DGF_MAC) == (1, 2, 4, 1, 1)
+    assert (wire.DGF_ENC, wire.DGF_SIG) == (2, 4)
     assert wire.F_VOTERS == 1
     assert (wire.ATOMIC_YES, wire.ATOMIC_NO, wire.ATOMIC_ASK, wire.ATOMIC_COMMITTED,
             wire.ATOMIC_ABORTED, wire.ATOMIC_HAVE, wire.ATOMIC_KINDS) == (1, 2, 3, 4, 5, 6, 7)
@@ -262,7 +263,7 @@ REASON_CASES = [
     ("dflags", patched(3, "<B", 0x02), R.DFLAGS),
     ("mac_flag_without_len", patched(3, "<B", wire.DGF_MAC), R.MAC),
     ("mac_len_without_flag", patched(18, "<H", 4), R.MAC),
-    ("mac_len_over_64", patched(18, "<H", 65, with_mac(bytes(base()), bytes(65))), R.MAC),
+    ("mac_len_over_128", patched(18, "<H", 129, with_mac(bytes(base()), bytes(129))), R.MAC),
     ("mac_longer_than_datagram", patched(18, "<H", 40, with_mac(bytes(base()), bytes(8))), R.MAC),
     ("count_0", patched(16, "<H", 0), R.COUNT),
     ("count_over_max", patched(16, "<H", wire.MAX_MSGS + 1), R.COUNT),

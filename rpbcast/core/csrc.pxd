@@ -147,7 +147,7 @@ cdef extern from "srb.h" nogil:
         RP_SQ_R_QUEUED
         RP_SQ_R_OLD
     ctypedef struct rp_srbq_t:
-        uint64_t head, ready, tail, w, cap, max_cap
+        uint64_t head, ready, tail, w, max_held
         rp_hmap_t labels
         uint64_t n_queued, n_delivered, n_purged_queue
         uint64_t n_purged_inferred, n_purged_marked
@@ -157,6 +157,8 @@ cdef extern from "srb.h" nogil:
     size_t rp_srbq_take_purged(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)
     int64_t rp_srbq_infer(rp_srbq_t *q, uint64_t t, uint64_t *lo, uint64_t *hi)
     int rp_srbq_mark_purged(rp_srbq_t *q, uint64_t seq)
+    uint64_t rp_srbq_mark_purged_range(rp_srbq_t *q, uint64_t lo, uint64_t hi)
+    int rp_srbq_peek(const rp_srbq_t *q, uint64_t *handle)
     size_t rp_srbq_pop(rp_srbq_t *q, uint64_t *handles, uint64_t *seqs, size_t mx)
     uint64_t rp_srbq_pending(const rp_srbq_t *q)
 
@@ -228,6 +230,8 @@ cdef extern from "wire.h" nogil:
         RP_WIRE_MAX_MAC
         RP_WIRE_MAX_MSGS
         RP_DGF_MAC
+        RP_DGF_ENC
+        RP_DGF_SIG
         RP_SEC_HDR
         RP_GOSSIP_FIXED
         RP_MEMBER_ENTRY
@@ -348,6 +352,7 @@ cdef extern from "outbox.h" nogil:
         uint32_t mtu
         uint64_t n_dgrams, n_bytes
         size_t reply_cap
+        uint32_t mac_room
         rp_addrcheck_t *ac
         uint64_t drop_full_msgs, drop_full_bytes
     int rp_out_set_addrcheck(rp_outbox_t *o, double factor)
@@ -489,6 +494,13 @@ cdef extern from "flowack.h" nogil:
         uint64_t gap_hist[16]
     int RP_FLOWACK_MAX_MEMBERS
 
+cdef extern from "reqlimit.h" nogil:
+    ctypedef struct rp_reqlimit_t:
+        double rate, burst
+        uint32_t n, max
+        uint64_t n_limited, n_evicted
+
+
 cdef extern from "node.h" nogil:
     uint32_t RP_SELF_SLOT
     uint32_t RP_NO_SLOT
@@ -553,6 +565,7 @@ cdef extern from "node.h" nogil:
     ctypedef struct rp_node_t:
         uint32_t group, id, inc
         rp_auth_t *auth
+        rp_reqlimit_t *reqlimit
         uint8_t deliver_own, fifo, is_logger, tracing, no_deliver, hold_send
         rp_flowack_t *flowack
         uint64_t srb_w
@@ -671,6 +684,10 @@ cdef extern from "catchup.h" nogil:
     uint64_t rp_catchup_pending(const rp_node_t *n)
 
 
+cdef extern from "reqlimit.h" nogil:
+    int rp_node_set_requester_limit(rp_node_t *n, double rate, double burst, uint32_t mx)
+
+
 cdef extern from "udpio.h" nogil:
     ctypedef struct rp_sockopt_t:
         uint32_t ip
@@ -713,6 +730,8 @@ cdef extern from "loop.h" nogil:
         void *ctx
         int64_t next_timer
         int64_t idle_after_ns
+        int64_t probe_ns
+        uint64_t n_probes
         double drop_rate
         uint64_t rng
         uint64_t n_dropped
@@ -720,7 +739,7 @@ cdef extern from "loop.h" nogil:
         uint32_t nfan
         int app_rx
         int64_t blind_max_ns
-        uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins
+        uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins, n_app_rx_empty
     int64_t rp_now_ns()
     int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
                      uint32_t rx_batch, int busy_poll)
@@ -752,3 +771,21 @@ cdef extern from "flowack.h" nogil:
     void rp_flowack_update(rp_flowack_t *f, const rp_node_t *n, int64_t now)
     int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now)
     uint64_t rp_flowack_room(const rp_flowack_t *f, const rp_node_t *n)
+
+cdef extern from "auth.h" nogil:
+    # replay.h, through the keyed node's auth context
+    ctypedef struct rp_replay_t:
+        uint32_t cap, n
+        uint64_t accepted, refused, evicted
+    void rp_auth_set_encrypt(rp_auth_t *a, int on)
+    int rp_auth_encrypting(const rp_auth_t *a)
+    uint64_t rp_auth_sealed(const rp_auth_t *a)
+    const rp_replay_t *rp_auth_replay(const rp_auth_t *a)
+    uint64_t rp_auth_arena_full(const rp_auth_t *a)
+    int RP_AUTH_SIGNED_TRAILER
+    int RP_AUTH_SIG_KEY
+    int rp_auth_set_signing(rp_auth_t *a, const uint8_t *priv, uint32_t n, const uint32_t *ids,
+                            const uint8_t *pubs)
+    int rp_auth_verifying(const rp_auth_t *a)
+    int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub)
+    uint64_t rp_auth_signatures(const rp_auth_t *a)

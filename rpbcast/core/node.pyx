@@ -239,6 +239,58 @@ cdef class Node:
                             <const uint8_t *>mat if keys else NULL, len(keys), counter0) != RP_OK:
             raise ValueError("the crypto library refused the keys (or two keys share an id)")
 
+    def set_encrypt(self, bint on):
+        """Encrypt the body of every datagram sent (AES-128-GCM under the
+        sending key, auth.h); needs set_auth first.  Received datagrams are
+        decrypted whether or not this is on."""
+        if self.n.auth == NULL:
+            raise ValueError("encryption needs a key (set_auth first)")
+        rp_out_flush(&self.n.out)      # open datagrams were begun unencrypted
+        rp_auth_set_encrypt(self.n.auth, on)
+
+    def set_signing(self, priv, pubs):
+        """Sign authority-bearing datagrams with the Ed25519 private seed
+        ``priv`` (32 bytes, or None: verify only) and verify them against
+        ``pubs`` ({node id: 32-byte public key}); needs set_auth first, once.
+        Every datagram then reserves the signature block (68 bytes)."""
+        cdef bytes mat, pk
+        cdef cnp.ndarray[cnp.uint32_t, ndim=1] idv
+        if self.n.auth == NULL:
+            raise ValueError("signatures need a key (set_auth first)")
+        ids = sorted(pubs)
+        mat = b"".join(bytes(pubs[i]) for i in ids)
+        if any(len(bytes(pubs[i])) != RP_AUTH_SIG_KEY for i in ids) or \
+                (priv is not None and len(bytes(priv)) != RP_AUTH_SIG_KEY):
+            raise ValueError("Ed25519 keys are 32 bytes")
+        idv = np.array(ids or [0], dtype=np.uint32)
+        pk = bytes(priv) if priv is not None else b""
+        rp_out_flush(&self.n.out)      # open datagrams were sized for the old trailer
+        if rp_auth_set_signing(self.n.auth, <const uint8_t *>pk if priv is not None else NULL,
+                               len(ids), <const uint32_t *>idv.data, <const uint8_t *>mat) != 0:
+            raise ValueError("the crypto library refused the Ed25519 keys (or signing was set before)")
+        self.n.out.mac_room = RP_AUTH_SIGNED_TRAILER
+
+    @property
+    def signatures(self):
+        return rp_auth_signatures(self.n.auth) if self.n.auth != NULL else 0
+
+    @property
+    def encrypting(self):
+        return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
+
+    def auth_stats(self):
+        """A keyed node's MAC and replay counters ({} unkeyed): datagrams
+        sealed, the replay table's sources (and its bound), control
+        datagrams accepted and refused as replays, sources evicted at the
+        bound, and datagrams dropped because the plaintext buffers were full."""
+        if self.n.auth == NULL:
+            return {}
+        cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
+        return {"sealed": rp_auth_sealed(self.n.auth), "replay_sources": r.n,
+                "replay_sources_max": r.cap, "replay_fresh": r.accepted,
+                "replay_refused": r.refused, "replay_evicted": r.evicted,
+                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth)}
+
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
         self.log = log
@@ -354,6 +406,16 @@ cdef class Node:
 
     def set_rate_limit(self, double rate, double burst=0):
         rp_node_set_rate_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10))
+
+    def set_requester_limit(self, double rate, double burst=0, uint32_t max_requesters=1024):
+        """Repairs/s each requester (source address) may take (csrc/reqlimit.h):
+        ``burst`` tokens saved up (default: 0.1 s worth), at most
+        ``max_requesters`` tracked (least recently used evicted); rate 0: off."""
+        if rate < 0 or max_requesters == 0:
+            raise ValueError("requester limit: rate >= 0 and max_requesters >= 1")
+        if rp_node_set_requester_limit(&self.n, rate, burst if burst > 0 else max(1.0, rate / 10),
+                                       max_requesters) != RP_OK:
+            raise MemoryError()
 
     def enable_trace(self, size_t capacity=1 << 16):
         rp_trace_free(&self.n.trace)
@@ -1005,6 +1067,11 @@ cdef class Node:
             d["cookies_bad"] = self.n.out.ac.st.cookies_bad
             d["requests_not_admitted"] = self.n.out.ac.st.not_admitted
         d["trace_dropped"] = self.n.trace.dropped
+        if self.n.reqlimit != NULL:
+            # repairs one requester's own rate refused, requesters evicted (reqlimit.h)
+            d["serve_limited_requester"] = self.n.reqlimit.n_limited
+            d["requesters_evicted"] = self.n.reqlimit.n_evicted
+            d["requesters"] = self.n.reqlimit.n
         if self.n.log != NULL:
             # what the log's recovery found and what later reads found
             # damaged: lost for good here, never silently (docs/api.md)
@@ -1165,3 +1232,12 @@ cdef class Deliveries:
         """(count, senders, incs, seqs, labels, rx_times, offs, lens), k long."""
         return (k, self.senders[:k], self.incs[:k], self.seqs[:k], self.labels[:k],
                 self.rx_times[:k], self.offs[:k], self.lens[:k])
+
+
+def ed25519_public(priv):
+    """The Ed25519 public key (32 bytes) of a 32-byte private seed."""
+    cdef bytes p = bytes(priv)
+    cdef uint8_t out[32]
+    if len(p) != 32 or rp_auth_ed25519_public(<const uint8_t *>p, out) != 0:
+        raise ValueError("an Ed25519 private seed is 32 bytes")
+    return bytes(out[:32])

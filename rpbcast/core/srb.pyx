@@ -32,7 +32,7 @@ cdef class SRBQueue:
     def __cinit__(self, uint64_t base=0, uint64_t w=0, uint64_t cap=64, uint64_t max_cap=0):
         cdef int rc = rp_srbq_init(&self.q, base, w, cap, max_cap)
         if rc == RP_EINVAL:
-            raise ValueError("cap larger than max_cap")
+            raise ValueError("cap larger than max_cap (or max_cap above 2**32-1)")
         if rc != RP_OK:
             raise MemoryError()
 
@@ -44,7 +44,7 @@ cdef class SRBQueue:
         entered the deliverable prefix, or let later ones in): take_purged()."""
         cdef int r = rp_srbq_insert(&self.q, seq, _label(label), handle)
         if r == RP_EFULL:
-            raise OverflowError("queue span exceeds max_cap")
+            raise OverflowError("queue holds max_cap messages (or intervals)")
         if r < 0:
             raise MemoryError()
         return r
@@ -68,11 +68,21 @@ cdef class SRBQueue:
         cdef uint64_t lo = 0, hi = 0
         cdef int64_t k = rp_srbq_infer(&self.q, t, &lo, &hi)
         if k < 0:
-            raise OverflowError("queue span exceeds max_cap")
+            raise OverflowError("queue holds max_cap intervals")
         return (k, lo, hi) if k else (0, None, None)
 
     def mark_purged(self, uint64_t seq):
         return bool(rp_srbq_mark_purged(&self.q, seq))
+
+    def mark_purged_range(self, uint64_t lo, uint64_t hi):
+        """Every empty seq in [lo, hi] will never come; returns how many
+        became purged (one interval whatever the length)."""
+        return rp_srbq_mark_purged_range(&self.q, lo, hi)
+
+    def peek(self):
+        """The handle pop() would deliver next, or None."""
+        cdef uint64_t h = 0
+        return h if rp_srbq_peek(&self.q, &h) else None
 
     def pop(self, size_t max_n=1 << 30):
         """Deliverable (handle, seq) pairs in FIFO order."""

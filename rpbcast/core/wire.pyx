@@ -58,6 +58,8 @@ F_VECTOR = RP_MF_VECTOR            # HBLIST
 F_LOST = RP_MF_LOST                # GAPNOTE
 F_VOTERS = RP_MF_VOTERS            # ATOMIC
 DGF_MAC = RP_DGF_MAC
+DGF_ENC = RP_DGF_ENC
+DGF_SIG = RP_DGF_SIG
 
 
 def reason_names():
@@ -193,7 +195,11 @@ _HB = struct.Struct("<IIQ")
 _MEMBER = struct.Struct("<IIBBHIIIQQ")
 _GOSSIP = struct.Struct("<QQQ")
 
-Member = namedtuple("Member", "id inc status role port ipv4 rank freshness lastseq")
+# ip6: 16 bytes for an IPv6 member (ipv4 then 0), b"" for IPv4
+Member = namedtuple("Member", "id inc status role port ipv4 rank freshness lastseq ip6", defaults=(b"",))
+MEMBER_FAMILY_V4 = 0        # the entry's family byte (offset 20, once reserved and always 0)
+MEMBER_FAMILY_V6 = 6        # 16 bytes of IPv6 address follow the 40-byte entry
+MEMBER_ENTRY6 = RP_MEMBER_ENTRY + 16
 
 
 def section(int kind, bytes data, int flags=0):
@@ -305,15 +311,38 @@ def read_hb_entries(body):
 
 
 def member_entry(m):
-    return _MEMBER.pack(m.id, m.inc, m.status, m.role, m.port, m.ipv4, m.rank, 0,
+    """One member entry: 40 bytes (IPv4), or 56 with family byte 6 and the
+    IPv6 address after them (docs/wire-format.md, "Member entries")."""
+    if m.ip6:
+        if len(m.ip6) != 16:
+            raise ValueError("a member entry's IPv6 address is 16 bytes")
+        return _MEMBER.pack(m.id, m.inc, m.status, m.role, m.port, 0, m.rank, MEMBER_FAMILY_V6,
+                            m.freshness, m.lastseq) + bytes(m.ip6)
+    return _MEMBER.pack(m.id, m.inc, m.status, m.role, m.port, m.ipv4, m.rank, MEMBER_FAMILY_V4,
                         m.freshness, m.lastseq)
 
 
+def member_entry_size(int family):
+    return MEMBER_ENTRY6 if family == 6 else RP_MEMBER_ENTRY
+
+
 def read_members(bytes body):
+    """The entries of a JOIN/MEMBERS body (the decoder checked their layout;
+    an entry that does not fit ends the list)."""
     out = []
-    for o in range(0, len(body), RP_MEMBER_ENTRY):
+    cdef Py_ssize_t o = 0, n = len(body)
+    while o + RP_MEMBER_ENTRY <= n:
         f = _MEMBER.unpack_from(body, o)
-        out.append(Member(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[8], f[9]))
+        fam = f[7] & 0xFF
+        if fam == MEMBER_FAMILY_V6:
+            if o + MEMBER_ENTRY6 > n:
+                break
+            out.append(Member(f[0], f[1], f[2], f[3], f[4], 0, f[6], f[8], f[9],
+                              body[o + RP_MEMBER_ENTRY:o + MEMBER_ENTRY6]))
+            o += MEMBER_ENTRY6
+        else:
+            out.append(Member(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[8], f[9]))
+            o += RP_MEMBER_ENTRY
     return out
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rpbcast.core import wire
-from rpbcast.protocol.membership import addr_to_wire
+from rpbcast.protocol.membership import addr_port, addr_scope, addr_to_wire, entry_addr
 from rpbcast.protocol.serving import missing_intervals
 
 T = wire.MsgType
@@ -52,7 +52,7 @@ def addr_matches(entry_addr: int, src: int) -> bool:
     if not entry_addr or entry_addr == src:
         return True
     ip, port = addr_to_wire(entry_addr)
-    return ip == 0 and port == (src & 0xFFFF)
+    return ip == 0 and port == addr_port(src)
 
 
 class Authority:
@@ -118,7 +118,7 @@ class Authority:
         if sender != source or inc != source_inc:
             return NOT_OWN_NAME
         for e in wire.read_members(body):
-            if e.id != sender or not addr_matches((e.ipv4 << 16) | e.port, src):
+            if e.id != sender or not addr_matches(entry_addr(e, addr_scope(src)), src):
                 return NOT_OWN_NAME
         return None
 

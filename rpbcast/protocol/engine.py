@@ -40,7 +40,7 @@ import random
 import numpy as np
 from typing import List, NamedTuple, Optional, Tuple
 
-from rpbcast.config import Config, read_key_file
+from rpbcast.config import Config, read_key_file, read_signing_keys
 from rpbcast.core import wire
 from rpbcast.core.node import NOLABEL, Node
 from rpbcast.protocol import send_buffer
@@ -101,7 +101,7 @@ class Engine:
                          srb_w=cfg.srb_window, max_scan=cfg.max_scan, max_streams=cfg.max_streams,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger,
-                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bytes)
+                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bound)
         if cfg.key_file is not None:
             cfg = self._key(cfg, now if mac_counter0 is None else mac_counter0)
         if cfg.repair_rate:
@@ -143,6 +143,10 @@ class Engine:
         ns (csrc/auth.h says why).  The parts size their messages by
         cfg.mtu, so they see the MTU less the trailer."""
         self.node.set_auth(read_key_file(cfg.key_file), counter0)
+        if cfg.encrypt:
+            self.node.set_encrypt(True)
+        if cfg.signed:
+            self.node.set_signing(*read_signing_keys(cfg.key_file))
         parts_cfg = copy.copy(cfg)
         parts_cfg.mtu = self.node.max_body + wire.DG_HDR + wire.MSG_HDR
         self.cfg = parts_cfg
@@ -440,6 +444,10 @@ class Engine:
         # own messages not yet released by loggers / receivers (the window in use)
         c["unacked"] = max(self.node.next_seq - self.node.acked, 0) if self.node.hold_send else 0
         c.update(self.stats)
+        # a keyed node's MAC, replay and decryption counters (docs/security.md)
+        c.update({k: v for k, v in self.node.auth_stats().items() if k != "sealed"})
+        if self.cfg.signed:
+            c["signatures"] = self.node.signatures      # datagrams this node signed
         return c
 
     def traffic(self):

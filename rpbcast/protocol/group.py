@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from rpbcast.core import wire
 from rpbcast.core.node import DEST_MCAST, PHASE_ALL, StreamLimit
-from rpbcast.protocol.authority import NOT_AUTHORITY
+from rpbcast.protocol.authority import NOT_AUTHORITY, OUT_OF_BOUNDS
 from rpbcast.protocol.heartbeats import HB_VECTOR
 from rpbcast.protocol.membership import (
     DISCONNECTED, MEMBER, NOT_MEMBER, PENDING_JOIN, PENDING_LEAVE, ROLE_LOGGER, ROLE_MEMBER, Member,
-    addr_to_wire, wire_to_addr)
+    addr_scope, addr_to_entry, entry_addr)
 from rpbcast.protocol.selection import choose
 from rpbcast.protocol.trace_events import EV_MEMBER
 
@@ -37,6 +37,11 @@ NS = 1_000_000_000
 NEVER = 1 << 62
 ACTIVE = (MEMBER, PENDING_LEAVE)
 ASK_T_JOIN_FOR = 1.0      # s: a member started late asks this long for t_join
+# How far ahead of the freshness we hold a third party (not the member, not
+# a logger) may move a member's entry: a member counts one per join, leave
+# or announcement, and a relayed entry is at most a few steps ahead; a key
+# holder naming 2^47 would lock the entry against the member's own word.
+FRESHNESS_STEP = 16
 
 
 def _ns(seconds: float) -> int:
@@ -156,24 +161,27 @@ class Group(StaticGroup):
 
     # ------------------------------------------------------------------ MEMBERS
     def _member_bytes(self, m: Member) -> bytes:
-        ip, port = addr_to_wire(m.addr)
+        ip, port, ip6 = addr_to_entry(m.addr)
         return wire.member_entry(wire.Member(m.node_id, m.inc, m.status, m.role, port, ip,
                                              max(m.rank, 0) if m.rank >= 0 else 0xFFFFFFFF,
-                                             m.freshness, m.lastseq))
+                                             m.freshness, m.lastseq, ip6))
 
-    @staticmethod
-    def _read_members(body):
+    def _read_members(self, body):
+        # a link-local IPv6 entry is on our own interface: our scope
+        scope = addr_scope(self.e.cfg.addr)
         out = []
         for e in wire.read_members(body):
             rank = -1 if e.rank == 0xFFFFFFFF else e.rank
-            out.append(Member(e.id, e.inc, e.status, e.role, wire_to_addr(e.ipv4, e.port), rank,
+            out.append(Member(e.id, e.inc, e.status, e.role, entry_addr(e, scope), rank,
                               e.freshness, e.lastseq))
         return out
 
     def send_members(self, dest, members, flags):
         """A list over as many MEMBERS messages as it takes; aux = the size
-        of the whole list, so the receiver knows when it has every part."""
-        per = (self._mtu - wire.DG_HDR - wire.MSG_HDR) // wire.MEMBER_ENTRY
+        of the whole list, so the receiver knows when it has every part.
+        (Sized for IPv6 entries when any member has one.)"""
+        size = wire.MEMBER_ENTRY6 if any(addr_to_entry(m.addr)[2] for m in members) else wire.MEMBER_ENTRY
+        per = (self._mtu - wire.DG_HDR - wire.MSG_HDR) // size
         for k in range(0, len(members), per):
             body = b"".join(self._member_bytes(m) for m in members[k:k + per])
             self.emit(dest, T.MEMBERS, body, flags, aux=len(members))
@@ -207,6 +215,20 @@ class Group(StaticGroup):
                 if not source_logger:
                     self.e.reject("members_" + NOT_AUTHORITY)
                     continue
+            if before is not None and m.node_id != source and m.inc == before.inc:
+                # A third party's word on a member's status: "left" only
+                # from the member itself or a logger (anyone else could
+                # remove it), and freshness only a few steps ahead.
+                if source_logger is None:
+                    sm = self.members.get(source)
+                    source_logger = sm is not None and sm.is_logger
+                if not source_logger:
+                    if m.status == NOT_MEMBER and before.status != NOT_MEMBER:
+                        self.e.reject("members_" + NOT_AUTHORITY)
+                        continue
+                    if m.freshness > before.freshness + FRESHNESS_STEP:
+                        self.e.reject("members_" + OUT_OF_BOUNDS)
+                        continue
             was = before.status if before is not None else None
             if self.members.upsert(m):
                 changed = True
@@ -214,6 +236,13 @@ class Group(StaticGroup):
                     self.e.post_event("member", m.node_id,
                                       {MEMBER: "joined", NOT_MEMBER: "left"}.get(m.status, "changed"))
         me = next((m for m in entries if m.node_id == self.id and m.inc == self.inc), None)
+        if (me is not None and self.freshness < me.freshness <= self.freshness + FRESHNESS_STEP
+                and self.status in (MEMBER, DISCONNECTED)):
+            # someone holds a fresher entry of ours than we wrote (a key
+            # holder's, a step or a few ahead): our own word, fresher still
+            self.freshness = me.freshness
+            self._announce(self.status, now)
+            me = None
         if me is not None and me.freshness == self.freshness:
             sm = self.members.get(source)
             if self.status == PENDING_JOIN and me.status == MEMBER:

@@ -2,6 +2,16 @@
 
 * The idle heartbeat: when a sender falls silent, one multicast HEARTBEAT
   with its latest seq (the data plane sends it; this part decides when).
+* The tail probe: before that, tail_probe (at least 2 x RTT) after the
+  last send, one HEARTBEAT that is not yet the idle one.  A lost last
+  message (a lone request of a ping-pong, the end of a burst) is otherwise
+  seen only when the next message or the idle heartbeat comes: the probe
+  shows the gap after about a round trip, so the receivers' immediate
+  pull repairs it well under a millisecond on a LAN (TCP's tail-loss
+  probe, QUIC's PTO).  One probe per silence, so at most one per
+  tail_probe whatever the rate: a sender that never pauses sends none.
+  On real sockets the UDP loop sends it (csrc/loop.c, tail_probe after the
+  last publish); here, for the other drivers, at least 2 x RTT.
 * The heartbeat signature every gossip carries (the data plane's hash of
   the idle streams' latest seqs): when a gossiper's differs from ours we
   answer with our idle list (HBLIST, flag REPLY), and it pushes back the
@@ -49,6 +59,8 @@ class Heartbeats:
         self._mtu = cfg.mtu
         self._idle_ns = int(round(cfg.idle_after * NS))
         self.idle_announced = -1          # next_seq value the idle heartbeat covered
+        self._probe_ns = int(round(cfg.tail_probe * NS))
+        self.probed = -1                  # next_seq value the tail probe covered
         self._reply_parts = {}            # replier's address -> [list size, {(s, i): seq}, first part's time]
         self._parts_ns = int(round(cfg.gossip_interval * NS))
 
@@ -60,17 +72,48 @@ class Heartbeats:
         node = self.node
         nxt = node.next_seq
         if nxt and self.idle_announced != nxt:
+            if self._probe_ns and self.probed != nxt:
+                return node.last_publish + self._probe_wait()
             return node.last_publish + self._idle_ns
         return NEVER
 
+    def hand_probe_to_driver(self):
+        """The driver sends the tail probe itself (the UDP loop, in C, from
+        whichever thread is awake: no control-plane call per publish);
+        returns whether there is one to send.  driver_probe_ns() is its
+        wait, to be read again as round trips are measured."""
+        self._driver_probe_ns, self._probe_ns = self._probe_ns, 0
+        return bool(self._driver_probe_ns)
+
+    def driver_probe_ns(self):
+        return self._probe_wait(self._driver_probe_ns)
+
+    def _probe_wait(self, wait=None):
+        # A probe sooner than a round trip after the send would only race
+        # the message itself (and on a slow path every send would be probed).
+        wait = self._probe_ns if wait is None else wait
+        pings = getattr(self.e, "pings", None)
+        rtt = pings.rtt_hint if pings is not None else None
+        if rtt is not None:
+            wait = max(wait, int(2 * rtt * NS))
+        return min(wait, self._idle_ns)
+
     def on_timer(self, now):
-        # one multicast when the sender falls silent (§5.1)
         node = self.node
-        if (node.next_seq and self.idle_announced != node.next_seq
-                and now - node.last_publish >= self._idle_ns):
+        nxt = node.next_seq
+        if not nxt or self.idle_announced == nxt:
+            return
+        quiet = now - node.last_publish
+        if quiet >= self._idle_ns:
+            # one multicast when the sender falls silent (§5.1)
             node.send_heartbeat(True)
-            self.idle_announced = node.next_seq
-            node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, node.next_seq - 1, 0, 0, 0)
+            self.idle_announced = self.probed = nxt
+            node.trace_event(now, EV_HEARTBEAT, self.id, self.inc, nxt - 1, 0, 0, 0)
+        elif self._probe_ns and self.probed != nxt and quiet >= self._probe_wait():
+            node.send_heartbeat(False)
+            self.probed = nxt
+            st = self.e.stats
+            st["tail_probes"] = st.get("tail_probes", 0) + 1
 
     # ------------------------------------------------------------------ HBLIST
     def send_list(self, dest, entries, flags, kind):

@@ -6,8 +6,10 @@ A logger is a member that also
   * acknowledges senders (LOGACK) with what a completed sync covers, so a
     sender's buffer only lets go of durable messages.  With fsync =
     "interval" the sync is a group commit: the log's own thread fdatasyncs
-    while the loop goes on receiving, and a frontier becomes an ACK once
-    the sync that covers it completed;
+    while the loop goes on receiving, and a frontier becomes an ACK as soon
+    as the sync that covers it completed (checked every SYNC_POLL_NS, not at
+    the next fsync_interval tick: the sender's window divides by this
+    cycle);
   * serves repairs from the log (again in the data plane): requests join
     per-requester queues streamed a little at every timer tick, paced
     (Config.catchup_rate), so a member catching up gets each id about once
@@ -43,6 +45,7 @@ T = wire.MsgType
 ACK_REFRESH_NS = 250_000_000     # re-send the latest LOGACK this often (ACKs get lost)
 GC_EVERY_NS = 1_000_000_000
 CATCHUP_TICK_NS = 1_000_000      # drain the catch-up queues this often while they hold ids
+SYNC_POLL_NS = 1_000_000         # look this often whether the group commit under way completed
 NEVER = 1 << 62
 
 
@@ -77,6 +80,7 @@ class LoggerRole(Extension):
         self.next_ack = now
         self.next_gc = now + GC_EVERY_NS
         self.next_drain = NEVER
+        self.next_poll = NEVER     # when to look whether the group commit under way completed
         self.committing = None     # (epoch, frontiers) of the group commit under way
         self.dead_since = {}       # slot -> time first seen dead
         self.lost = {}             # (sender, inc) -> [(lo, hi)] declared lost
@@ -125,7 +129,7 @@ class LoggerRole(Extension):
 
     # ------------------------------------------------------------------ timers
     def get_timer(self):
-        return min(self.next_sync, self.next_ack, self.next_gc, self.next_drain)
+        return min(self.next_sync, self.next_ack, self.next_gc, self.next_drain, self.next_poll)
 
     def _sync(self):
         """Make everything logged durable now, and its frontiers ACKs:
@@ -135,23 +139,41 @@ class LoggerRole(Extension):
         else:
             self.log.sync()
         self.committing = None        # that covered it too
+        self.next_poll = NEVER
         self._snapshot_into(self.durable)
 
-    def _commit(self):
+    def _commit(self, now):
         """Group commit (fsync "interval"), one per fsync_interval: the
-        sync started at the previous tick has covered its frontiers --
-        wait for it only if the disk took longer than an interval -- and
-        they become ACKs; the next sync starts with the frontiers of now
-        and the loop goes on receiving while the log's thread syncs."""
+        sync started at the previous tick, if it has not been seen to
+        complete yet, is waited for (the disk took longer than an
+        interval) and its frontiers become ACKs; the next sync starts with
+        the frontiers of now and the loop goes on receiving while the
+        log's thread syncs."""
         if self.committing is not None:
             epoch, frontiers = self.committing
             self.log.wait_synced(epoch)
-            self.durable.update(frontiers)
+            self._committed(frontiers, now)
         frontiers = {}
         # taken with the flush: every id below them is in what this sync
         # covers (a received id is logged before it counts as received)
         self._snapshot_into(frontiers)
         self.committing = (self.log.sync_start(), frontiers)
+        self.next_poll = now + min(SYNC_POLL_NS, int(self.ctx.cfg.fsync_interval * NS) // 4)
+
+    def _poll_commit(self, now):
+        """The group commit under way completed: its frontiers are ACKs
+        now, not at the next fsync_interval tick."""
+        epoch, frontiers = self.committing
+        if self.log.synced_epoch() >= epoch:
+            self._committed(frontiers, now)
+        else:
+            self.next_poll = now + min(SYNC_POLL_NS, int(self.ctx.cfg.fsync_interval * NS) // 4)
+
+    def _committed(self, frontiers, now):
+        self.durable.update(frontiers)
+        self.committing = None
+        self.next_poll = NEVER
+        self._send_acks(now, force=False)
 
     def _snapshot_into(self, out):
         node = self.ctx.node
@@ -171,9 +193,14 @@ class LoggerRole(Extension):
         if now >= self.next_drain:
             node.catchup_drain(now)
         self.next_drain = now + CATCHUP_TICK_NS if node.catchup_pending else NEVER
+        if now >= self.next_poll:
+            if self.committing is not None:
+                self._poll_commit(now)
+            else:
+                self.next_poll = NEVER
         if now >= self.next_sync:
             if cfg.fsync == "interval":
-                self._commit()
+                self._commit(now)
             elif cfg.fsync == "never":
                 self._sync()
             self.next_sync = now + int(cfg.fsync_interval * NS)

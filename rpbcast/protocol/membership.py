@@ -56,13 +56,70 @@ class Member:
         return self.role == ROLE_LOGGER
 
 
+# Addresses are the transport's opaque integers: IPv4 ip << 16 | port, or
+# an IPv6 endpoint's handle (bit 62; rpbcast.netaddr, csrc/addr6.h).  A
+# member entry on the wire carries the address itself (docs/wire-format.md,
+# "Member entries"): IPv4 in its ipv4 field, IPv6 as 16 bytes after it.
+# The handle table is process state shared with the driver; the engine only
+# reaches it for IPv6 addresses (a simulated or in-memory group never has any).
+ADDR6_TAG = 1 << 62
+
+
+def _is_v6(addr: int) -> bool:
+    return bool(addr & ADDR6_TAG) and addr != (1 << 64) - 1
+
+
+def addr_to_entry(addr: int):
+    """Opaque address -> (ipv4 u32, port u16, ip6 bytes: 16, or b"" for IPv4)
+    of a member entry.  An evicted IPv6 handle names no address (0, 0, b"")."""
+    if _is_v6(addr):
+        from rpbcast import netaddr
+        ep = netaddr.endpoint_of(addr)
+        return (0, ep.port, ep.ip) if ep is not None else (0, 0, b"")
+    return (addr >> 16) & 0xFFFFFFFF, addr & 0xFFFF, b""
+
+
 def addr_to_wire(addr: int):
-    """Opaque 64-bit address -> (ipv4 u32, port u16) of a member entry."""
-    return (addr >> 16) & 0xFFFFFFFF, addr & 0xFFFF
+    """Opaque address -> (ip, port): the IP as an integer (32 bits for IPv4,
+    128 for IPv6; 0 is unspecified)."""
+    ipv4, port, ip6 = addr_to_entry(addr)
+    return (int.from_bytes(ip6, "big") if ip6 else ipv4), port
 
 
-def wire_to_addr(ipv4: int, port: int) -> int:
-    return (ipv4 << 16) | port
+def addr_port(addr: int) -> int:
+    return addr_to_entry(addr)[1]
+
+
+def addr_scope(addr: int) -> int:
+    """The scope id (interface index) of an IPv6 address, else 0."""
+    if not _is_v6(addr):
+        return 0
+    from rpbcast import netaddr
+    ep = netaddr.endpoint_of(addr)
+    return ep.scope if ep is not None else 0
+
+
+def wire_to_addr(ipv4: int, port: int, ip6: bytes = b"", scope: int = 0) -> int:
+    """A member entry's address -> opaque address (0: it names none).  scope:
+    the interface index a link-local IPv6 address is on (the wire does not
+    carry it: it means something on the receiving host only)."""
+    if not ip6:
+        return (ipv4 << 16) | port
+    if not port and not any(ip6):
+        return 0
+    from rpbcast import netaddr
+    link_local = ip6[0] == 0xFE and (ip6[1] & 0xC0) == 0x80
+    # not pinned: a peer's word, so the table may evict it under a flood
+    # (0 -- no address -- if the table refuses it)
+    try:
+        return netaddr.handle_of(netaddr.Endpoint(6, bytes(ip6), port, scope if link_local else 0), pin=False)
+    except netaddr.AddressError:
+        return 0
+
+
+def entry_addr(e, scope: int = 0) -> int:
+    """The address of a decoded wire member entry (rpbcast.core.wire.Member)."""
+    return wire_to_addr(e.ipv4, e.port, e.ip6, scope)
 
 
 class MemberTable:

@@ -66,9 +66,15 @@ class Serving:
         cfg.amplify_factor x what it sent.  A configured member's address
         is trusted; in a keyed group so is every member table entry (only
         key holders can change it); anyone else proves its address by
-        echoing a cookie (csrc/addrcheck.h)."""
+        echoing a cookie (csrc/addrcheck.h).  Every requester's repairs
+        are paced at cfg.requester_repair_rate."""
         cfg = engine.cfg
         self.node.reply_cap = cfg.reply_outbox_bytes
+        # a validated requester, too, gets its own share and no more
+        # (csrc/reqlimit.h); a logger's catch-up is paced by catchup_rate
+        if cfg.requester_repair_rate:
+            self.node.set_requester_limit(cfg.requester_repair_rate, cfg.requester_repair_burst,
+                                          cfg.repair_requesters)
         self._members = engine.members
         self._members_version = None
         self._static = {netaddr.addr_of(m.addr) for m in cfg.members}

@@ -209,6 +209,88 @@ def namespace(loss: float = 0.0):
         delete(name)
 
 
+# ---- IPv6 ---------------------------------------------------------------
+V6_ADDRS = ("fd77::1", "fd77::2", "fd77::3", "fd77::4")   # unique-local, on lo of the namespace only
+# IPv6 multicast does not loop back over `lo` (the kernel drops it on output,
+# Ip6OutNoRoutes), so IPv6 groups use a veth pair inside the namespace: the
+# sender's copy comes back through IPV6_MULTICAST_LOOP, the other end (in
+# the same namespace, joined to nothing) drops it.  Nothing leaves.
+V6_MCAST_IF = "rpb6m"
+V6_MCAST_PEER = "rpb6p"
+
+
+def enable_ipv6(name: str, addrs=V6_ADDRS):
+    """IPv6 in the namespace: on lo ::1 and the unique-local unicast
+    addresses `addrs` (several sources on one host); a veth pair
+    V6_MCAST_IF/V6_MCAST_PEER, both ends here, with fd78::1/64, carrying the
+    ff00::/8 multicast route.  Returns the multicast interface's name."""
+    ns_exec = ["ip", "netns", "exec", name, "sysctl", "-q", "-w"]
+    _run(*ns_exec, "net.ipv6.conf.all.disable_ipv6=0")
+    _run(*ns_exec, "net.ipv6.conf.default.disable_ipv6=0")
+    _run(*ns_exec, "net.ipv6.conf.lo.disable_ipv6=0")
+    for a in addrs:
+        _run("ip", "-n", name, "-6", "addr", "add", f"{a}/128", "dev", "lo", "nodad")
+    _run("ip", "-n", name, "link", "add", V6_MCAST_IF, "type", "veth", "peer", "name", V6_MCAST_PEER)
+    for dev in (V6_MCAST_IF, V6_MCAST_PEER):
+        _run(*ns_exec, f"net.ipv6.conf.{dev}.disable_ipv6=0")
+        _run("ip", "-n", name, "link", "set", dev, "multicast", "on", "up")
+    _run("ip", "-n", name, "-6", "addr", "add", "fd78::1/64", "dev", V6_MCAST_IF, "nodad")
+    r = _run("ip", "-n", name, "-6", "route", "add", "multicast", "ff00::/8", "dev", V6_MCAST_IF, "table", "local",
+             check=False)
+    if r.returncode and "File exists" not in r.stderr:
+        raise NetnsError(f"ip -6 route add multicast ff00::/8 dev {V6_MCAST_IF}: {r.stderr.strip()}")
+    return V6_MCAST_IF
+
+
+def ip6tables_bin():
+    for b in ("ip6tables", "ip6tables-nft", "ip6tables-legacy"):
+        if shutil.which(b):
+            return b
+    raise NetnsError("ip6tables is not installed: apt-get install iptables")
+
+
+def set_loss6(name: str, probability: float, chain: str = "INPUT"):
+    """set_loss for IPv6 packets (ip6tables `statistic`); 0 removes the rule."""
+    ipt = ip6tables_bin()
+    if _run(*exec_argv(name, [ipt, "-n", "-L", LOSS_CHAIN]), check=False).returncode:
+        _run(*exec_argv(name, [ipt, "-N", LOSS_CHAIN]))
+    if _run(*exec_argv(name, [ipt, "-C", chain, "-j", LOSS_CHAIN]), check=False).returncode:
+        _run(*exec_argv(name, [ipt, "-I", chain, "1", "-j", LOSS_CHAIN]))
+    _run(*exec_argv(name, [ipt, "-F", LOSS_CHAIN]))
+    if probability > 0:
+        _run(*exec_argv(name, [ipt, "-A", LOSS_CHAIN, "-p", "udp", "-m", "statistic", "--mode", "random",
+                               "--probability", f"{probability:.6f}", "-j", "DROP"]))
+
+
+def loss_counters6(name: str):
+    """(packets, bytes) the IPv6 loss rule dropped so far."""
+    r = _run(*exec_argv(name, [ip6tables_bin(), "-L", LOSS_CHAIN, "-v", "-n", "-x"]), check=False)
+    for line in r.stdout.splitlines():
+        if "DROP" in line and "statistic" in line:
+            p = line.split()
+            return int(p[0]), int(p[1])
+    return 0, 0
+
+
+def drop6(name: str, rule, on: bool = True, chain: str = "INPUT"):
+    """Add (or remove) one ip6tables rule, e.g. ["-p", "udp", "-d", "ff02::/16", "-j", "DROP"]."""
+    _run(*exec_argv(name, [ip6tables_bin(), "-I" if on else "-D", chain, *([] if not on else ["1"]), *rule]))
+
+
+@contextlib.contextmanager
+def namespace6(loss: float = 0.0):
+    """A namespace with IPv6 on loopback (enable_ipv6), optionally lossy
+    for IPv6 UDP; deleted afterwards."""
+    name = create()
+    try:
+        enable_ipv6(name)
+        if loss:
+            set_loss6(name, loss)
+        yield name
+    finally:
+        delete(name)
+
+
 class HostNet:
     """Hosts on a LAN, each its own network namespace.
 

@@ -16,15 +16,31 @@ def pow2_at_least(x):
 
 
 class QueueFull(Exception):
-    """The span [head, seq] does not fit under max_cap."""
+    """The queue holds max_cap messages, or the settled seqs would need more
+    than max_cap intervals."""
+
+
+def _runs(points, ivals):
+    """Number of maximal runs of consecutive integers in the union of the
+    single points and closed intervals."""
+    spans = sorted([(p, p) for p in points] + list(ivals))
+    n, end = 0, None
+    for lo, hi in spans:
+        if end is None or lo > end + 1:
+            n += 1
+            end = hi
+        else:
+            end = max(end, hi)
+    return n
 
 
 class SRBQueueModel:
     """Receiver side: per-sender FIFO delivery queue.
 
-    slots[seq] is ("Q", label, handle) for a queued message or "P" for a
-    purged one (obsolete, inferred purged or marked purged); absent = not
-    received.  [head, ready) is the deliverable prefix (every seq there is
+    slots[seq] is ("Q", label, handle) for a queued message; purged seqs
+    (obsolete, inferred purged or marked purged) are closed intervals in
+    `purged`, disjoint from the queued ones, so a jump of 2^40 costs nothing
+    here either.  [head, ready) is the deliverable prefix (every seq there is
     settled: the paper's Q_i); TP4 applies only inside it, so newest[label] is
     the newest queued, undelivered seq of the prefix with that label.
     """
@@ -34,23 +50,72 @@ class SRBQueueModel:
         self.w = w
         self.max_cap = max_cap
         self.slots = {}
+        self.purged_ivals = []      # sorted disjoint [lo, hi], all >= head
         self.newest = {}
         self.purged = []            # (seq, handle) purged by TP4, not yet taken
         self.counters = dict(queued=0, delivered=0, purged_queue=0,
                              purged_inferred=0, purged_marked=0)
 
+    # -- purged intervals ---------------------------------------------------
+    def _purged_at(self, s):
+        for lo, hi in self.purged_ivals:
+            if lo <= s <= hi:
+                return lo, hi
+        return None
+
+    def _add_purged(self, lo, hi):
+        ivals = sorted(self.purged_ivals + [[lo, hi]])
+        out = []
+        for a, b in ivals:
+            if out and a <= out[-1][1] + 1:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        self.purged_ivals = out
+
+    def _settled(self, s):
+        return s in self.slots or self._purged_at(s) is not None
+
+    def _fits(self, points=(), ivals=()):
+        """The settled seqs, with these added, fit in max_cap intervals."""
+        return _runs(list(self.slots) + list(points),
+                     [tuple(v) for v in self.purged_ivals] + list(ivals)) <= self.max_cap
+
+    def _empties(self, lo, hi):
+        """Empty (neither queued nor purged) sub-intervals of [lo, hi]."""
+        out, s = [], lo
+        for a in sorted(set(self.slots) | {v[0] for v in self.purged_ivals}):
+            if a > hi:
+                break
+            b = a if a in self.slots else self._purged_at(a)[1]
+            if b < s:
+                continue
+            if a > s:
+                out.append((s, a - 1))
+            s = b + 1
+        if s <= hi:
+            out.append((s, hi))
+        return out
+
+    # -----------------------------------------------------------------------
     def _advance(self):
         """Extend the prefix; a labelled message entering it purges the
         older queued one with its label (TP4)."""
         self.ready = max(self.ready, self.head)
-        while self.ready < self.tail and self.ready in self.slots:
-            sl = self.slots[self.ready]
-            if sl != "P" and sl[1] is not None:
+        while self.ready < self.tail:
+            sl = self.slots.get(self.ready)
+            if sl is None:
+                p = self._purged_at(self.ready)
+                if p is None:
+                    break
+                self.ready = p[1] + 1
+                continue
+            if sl[1] is not None:
                 old = self.newest.get(sl[1])
                 if old is not None:
-                    kind, _, h = self.slots[old]
+                    kind, _, h = self.slots.pop(old)
                     assert kind == "Q"
-                    self.slots[old] = "P"
+                    self._add_purged(old, old)
                     self.counters["purged_queue"] += 1
                     self.purged.append((old, h))
                 self.newest[sl[1]] = self.ready
@@ -60,19 +125,13 @@ class SRBQueueModel:
         out, self.purged = self.purged, []
         return out
 
-    def _reach(self, seq):
-        """Make [head, seq] addressable (the ring grows in powers of two up
-        to max_cap)."""
-        if seq >= self.tail:
-            if pow2_at_least(seq - self.head + 1) > self.max_cap:
-                raise QueueFull(seq)
-            self.tail = seq + 1
-
     def insert(self, seq, label, handle):
         """Returns QUEUED or OLD; raises QueueFull."""
-        if seq < self.head or seq in self.slots:
+        if seq < self.head or self._settled(seq):
             return OLD
-        self._reach(seq)
+        if len(self.slots) >= self.max_cap or not self._fits(points=[seq]):
+            raise QueueFull(seq)
+        self.tail = max(self.tail, seq + 1)
         self.slots[seq] = ("Q", label, handle)
         self.counters["queued"] += 1
         self._advance()
@@ -86,46 +145,71 @@ class SRBQueueModel:
         limit = t - self.w
         if limit < self.head:
             return 0, None, None
-        self._reach(limit)
-        newly = [s for s in range(self.head, limit + 1) if s not in self.slots]
-        for s in newly:
-            self.slots[s] = "P"
-        self.counters["purged_inferred"] += len(newly)
-        self._advance()
+        newly = self._empties(self.head, limit)
         if not newly:
             return 0, None, None
-        return len(newly), newly[0], newly[-1]
+        if not self._fits(ivals=newly):
+            raise QueueFull(limit)
+        for lo, hi in newly:
+            self._add_purged(lo, hi)
+        self.tail = max(self.tail, limit + 1)
+        n = sum(hi - lo + 1 for lo, hi in newly)
+        self.counters["purged_inferred"] += n
+        self._advance()
+        return n, newly[0][0], newly[-1][1]
+
+    def mark_purged_range(self, lo, hi):
+        """Every empty seq in [lo, hi] is purged; returns how many."""
+        if hi < self.head or lo > hi:
+            return 0
+        lo = max(lo, self.head)
+        newly = self._empties(lo, hi)
+        if not newly or not self._fits(ivals=newly):
+            return 0
+        for a, b in newly:
+            self._add_purged(a, b)
+        self.tail = max(self.tail, hi + 1)
+        n = sum(b - a + 1 for a, b in newly)
+        self.counters["purged_marked"] += n
+        self._advance()
+        return n
 
     def mark_purged(self, seq):
-        if seq < self.head:
-            return False
-        try:
-            self._reach(seq)
-        except QueueFull:
-            return False
-        if seq in self.slots:
-            return False
-        self.slots[seq] = "P"
-        self.counters["purged_marked"] += 1
-        self._advance()
-        return True
+        return self.mark_purged_range(seq, seq) == 1
 
     def pop(self, max_n=1 << 30):
         """[(handle, seq)] in FIFO order, up to the first seq not received."""
         out = []
         while len(out) < max_n and self.head < self.tail:
             sl = self.slots.get(self.head)
-            if sl is None:
-                break
-            if sl != "P":
-                _, label, handle = sl
+            if sl is not None:
+                _, label, handle = self.slots.pop(self.head)
                 if label is not None and self.newest.get(label) == self.head:
                     del self.newest[label]
                 out.append((handle, self.head))
                 self.counters["delivered"] += 1
-            del self.slots[self.head]
-            self.head += 1
+                self.head += 1
+                continue
+            p = self._purged_at(self.head)
+            if p is None:
+                break
+            nxt = min([s for s in self.slots if s > self.head] + [p[1] + 1])
+            self.head = min(p[1] + 1, nxt)
+            self.purged_ivals = [[max(a, self.head), b] for a, b in self.purged_ivals
+                                 if b >= self.head]
         return out
+
+    def peek(self):
+        """The handle pop() would deliver next, or None."""
+        s = self.head
+        while s < self.tail:
+            if s in self.slots:
+                return self.slots[s][2]
+            p = self._purged_at(s)
+            if p is None:
+                return None
+            s = p[1] + 1
+        return None
 
     @property
     def pending(self):
@@ -133,7 +217,7 @@ class SRBQueueModel:
 
     def queued(self):
         """{seq: handle} of messages waiting for delivery."""
-        return {s: v[2] for s, v in self.slots.items() if v != "P"}
+        return {s: v[2] for s, v in self.slots.items()}
 
 
 class SRBWindowModel:

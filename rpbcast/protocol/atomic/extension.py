@@ -93,6 +93,7 @@ class AtomicDelivery(Extension):
         self.participant = Participant(self)
         self.aggregator = Aggregator(self, _ns(self._opt("aggregate_delay")))
         self.cursor = 0
+        self._nonce = 0                           # ties a large payload's PART records to its PROPOSE
         self._finished = collections.deque()      # (time, key) of decided proposals, for the journal's GC
         self._gc_below = {}
         self._next_gc = ctx.now + GC_EVERY_NS
@@ -111,9 +112,14 @@ class AtomicDelivery(Extension):
         for key, dec in rec.decisions.items():
             if key[0] == ctx.id:
                 self.coordinator.old[(key[1], key[2])] = dec
+        parts = {}
+        for (s, i, q), raw in rec.parts.items():
+            got = records.maybe(raw)
+            if got is not None and got[0] == records.PART:
+                parts.setdefault((s, i, got[1].nonce), {})[got[1].index] = (q, got[1].data)
         for key, raw in rec.proposals.items():
             if key[0] != ctx.id:
-                self.participant.recovered(key, raw, rec.decisions.get(key), key in rec.delivered, now)
+                self.participant.recovered(key, raw, rec.decisions.get(key), key in rec.delivered, now, parts)
         self.stats["recovered_proposals"] = len(rec.proposals)
         self._restart_due = rec.existed
 
@@ -199,6 +205,8 @@ class AtomicDelivery(Extension):
         p = self.participant
         if kind == records.PROPOSE:
             p.on_propose((s, i, q), body, raw, now)
+        elif kind == records.PART:
+            p.on_part((s, i, q), body, raw, now)
         elif kind == records.DECIDE:
             p.on_decide(s, body, now)
         elif kind == records.BOOT:
@@ -284,7 +292,9 @@ class AtomicDelivery(Extension):
         if not cand:
             return
         low = {}
+        part_low = self.participant.part_low
         for s, i, q in list(self.participant.held) + [(m.sender, m.inc, m.seq) for m in self.participant.ready]:
+            q = part_low.get((s, i, q), q)           # a large payload's parts come before its PROPOSE
             low[(s, i)] = min(low.get((s, i), q), q)
         for q in self.coordinator.pending:
             k = (self.ctx.id, self.ctx.inc)
@@ -296,28 +306,40 @@ class AtomicDelivery(Extension):
                 self._gc_below[(s, i)] = below
 
     # ------------------------------------------------------------------ the application
-    def record(self, payload, timeout: Optional[float] = None) -> bytes:
-        """The PROPOSE record for payload (what propose publishes)."""
+    def records(self, payload, timeout: Optional[float] = None) -> list:
+        """What propose publishes for payload, in order: its PROPOSE record,
+        or -- for a payload larger than one datagram -- its PART records and
+        then the PROPOSE that refers to them.  Raises ValueError for a bad
+        timeout or a payload above Config.max_message_size."""
         t = self.timeout_ns if timeout is None else _ns(timeout)
         if t <= 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
-        rec = records.propose(payload, t, self.scheme, self.fanout, len(self.view.voters()))
+        cap = self.ctx.cfg.message_cap
+        if len(payload) > cap:
+            raise ValueError(f"an atomic payload of {len(payload)} bytes is above the cap of {cap} bytes "
+                             f"(Config.max_message_size)")
+        voters = len(self.view.voters())
+        rec = records.propose(payload, t, self.scheme, self.fanout, voters)
         room = self.ctx.node.max_body - 8           # a labelled message in one datagram
-        if len(rec) > room:
-            # Records are found by their label in the store (Node.take_labelled),
-            # one message each: a fragmented proposal would not be.  Large
-            # atomic payloads are out of scope (docs/atomic.md).
-            raise ValueError(f"an atomic payload must fit one datagram: this record is {len(rec)} bytes, "
-                             f"at most {room} (payload about {room - (len(rec) - len(payload))} bytes); "
-                             f"large messages are for publish(), not publish_atomic()")
-        return rec
+        if len(rec) <= room:
+            return [rec]
+        # Records are found by their label in the store, one message each
+        # (Node.take_labelled): a large payload goes as PART records, tied
+        # to their PROPOSE by a nonce of this incarnation.
+        self._nonce += 1
+        return records.propose_parts(payload, room, self._nonce, t, self.scheme, self.fanout, voters)
 
     def propose(self, payload, now: int, timeout: Optional[float] = None):
         """Publish an atomic message at time now (the driver's clock: the
         deadline counts from it); returns its Proposal (``.result()`` is the
         AtomicOutcome once decided).  For engines driven directly (memnet,
-        the simulator); rpbcast.api.Node.publish_atomic waits for it."""
-        seq = self.publish(self.record(payload, timeout), now)
+        the simulator); rpbcast.api.Node.publish_atomic waits for it.
+        Raises BlockingIOError if back-pressure keeps any record out (parts
+        already published are then orphans members drop after the
+        retention)."""
+        seq = None
+        for rec in self.records(payload, timeout):
+            seq = self.publish(rec, now)
         self._scan(now)
         return self.coordinator.get(seq)
 

@@ -11,7 +11,9 @@ record, torn-tail recovery) in one directory:
                 application sees them: exactly once across a crash)
 
 A LogStore keys records by (sender, inc, seq); the log puts two kinds per
-proposal (sender, inc, q) at seq = q * 4 + kind.  The log is written by the
+proposal (sender, inc, q) at seq = q * 4 + kind, and a large payload's PART
+records at their own stream seqs (q' * 4 + PART: they precede their
+PROPOSE in the stream, so the proposal's GC horizon must stay below them).  The log is written by the
 control plane (the loop thread on real sockets) and ``delivered/`` by the
 application's thread, so neither waits for the other's fsync.
 
@@ -26,7 +28,7 @@ from typing import Dict, Set, Tuple
 
 from rpbcast.core.logstore import LogError, LogStore
 
-PROPOSAL, DECISION = 0, 1
+PROPOSAL, DECISION, PART = 0, 1, 2
 Key = Tuple[int, int, int]          # (sender, inc, seq) of a proposal
 
 
@@ -39,6 +41,7 @@ class Recovered:
 
     def __init__(self):
         self.proposals: Dict[Key, bytes] = {}           # key -> PROPOSE record
+        self.parts: Dict[Key, bytes] = {}               # (sender, inc, seq) -> PART record
         self.decisions: Dict[Key, Tuple[int, int]] = {}  # key -> (outcome, reason)
         self.delivered: Set[Key] = set()
         self.existed = False                            # the directory held a journal already
@@ -71,6 +74,8 @@ class Journal:
                     r.proposals[key] = got[0]
                 elif s & 3 == DECISION and len(got[0]) >= 2:
                     r.decisions[key] = (got[0][0], got[0][1])
+                elif s & 3 == PART:
+                    r.parts[key] = got[0]
         for sender, inc, count, lo, hi in self.delivered_log.streams():
             if count:
                 for q in self.delivered_log.seqs(sender, inc).tolist():
@@ -84,6 +89,14 @@ class Journal:
         0 if it was there already.  Raises LogError."""
         s, i, q = key
         if not self.log.append(s, i, _seq(q, PROPOSAL), record, None, now):
+            return 0
+        return self.appended
+
+    def add_part(self, key: Key, record: bytes, now: int) -> int:
+        """Append a PART record found at key = (sender, inc, its seq): like
+        add_proposal, durable only after sync()."""
+        s, i, q = key
+        if not self.log.append(s, i, _seq(q, PART), record, None, now):
             return 0
         return self.appended
 

@@ -11,6 +11,13 @@ may have committed, so aborting alone could split the group (docs/atomic.md,
 "The sender crashes").  A COMMIT hands the message to the application once
 (exactly once: the journal's delivered/ says what it got), provided this
 member voted YES before it learned the decision; an ABORT drops it.
+
+A payload larger than a datagram arrives as PART records before (or, when
+repaired, after) its PROPOSE: the parts wait in memory (bounded by
+Config.reassembly_bytes) and the PROPOSE waits for its parts; once every
+part is here and the digest matches, the parts and the proposal are
+journalled together and the member votes as for any proposal.  A digest
+or length that does not match is a NO (R_PARTS).
 """
 from __future__ import annotations
 
@@ -48,10 +55,26 @@ class Held:
         self.direct = False         # a YES went to the sender itself
 
 
+class PartSet:
+    """The PART records of one large payload seen so far."""
+    __slots__ = ("pieces", "nbytes", "t_first")
+
+    def __init__(self, now: int):
+        self.pieces: Dict[int, tuple] = {}      # index -> (stream seq, record, data)
+        self.nbytes = 0
+        self.t_first = now
+
+
 class Participant:
     def __init__(self, ext):
         self.x = ext
         self.ctx = ext.ctx
+        cfg = ext.ctx.cfg
+        self.parts: Dict[Tuple[int, int, int], PartSet] = {}     # (sender, inc, nonce) -> parts
+        self.parts_bytes = 0
+        self.parts_cap = cfg.reassembly_bytes or 2 * cfg.message_cap
+        self.waiting: Dict[Tuple[int, int, int], tuple] = {}     # (sender, inc, nonce) -> PROPOSE waiting
+        self.part_low: Dict[Key, int] = {}     # a proposal -> its lowest PART seq (the journal keeps from there)
         self.held: Dict[Key, Held] = {}
         self.decided: "collections.OrderedDict[Key, tuple]" = collections.OrderedDict()  # -> (outcome, reason, t)
         self.ready = collections.deque()              # AtomicMessage, committed, not yet taken
@@ -72,6 +95,20 @@ class Participant:
         s, i, q = key
         if i < self.fenced_below.get(s, 0):
             return                              # a dead incarnation's proposal, after its fence
+        if prop.ref is not None:
+            pk = (s, i, prop.ref.nonce)
+            if pk in self.waiting:
+                return
+            self.waiting[pk] = (key, prop, raw, now)
+            ps = self.parts.get(pk)
+            if ps is not None:
+                for k in [k for k in ps.pieces if k >= prop.ref.count]:
+                    self._drop_piece(ps, k)     # beyond the count the PROPOSE names: not ours
+            if ps is None or len(ps.pieces) < prop.ref.count:
+                x.count("proposals_waiting_for_parts")
+                return
+            self._assembled(pk, now)
+            return
         h = Held(key, prop, now)
         self.held[key] = h
         try:
@@ -80,6 +117,72 @@ class Participant:
             x.count("log_errors")
             self._vote_no(h, records.R_LOG)
             return
+        self.to_vote.append(h)
+
+    def on_part(self, key: Key, part: records.Part, raw: bytes, now: int):
+        """A PART record found at key = (sender, inc, its seq)."""
+        s, i, q = key
+        x = self.x
+        if i < self.fenced_below.get(s, 0):
+            return
+        pk = (s, i, part.nonce)
+        w = self.waiting.get(pk)
+        if w is not None and part.index >= w[1].ref.count:
+            x.count("parts_refused")
+            return
+        ps = self.parts.get(pk)
+        if ps is None:
+            ps = self.parts[pk] = PartSet(now)
+        if part.index in ps.pieces:
+            return
+        if self.parts_bytes + len(part.data) > self.parts_cap:
+            # bounded: the proposal this part belongs to cannot complete here
+            # now; its sender's deadline aborts it (counted, never raised)
+            x.count("parts_dropped_over_cap")
+            return
+        ps.pieces[part.index] = (q, raw, part.data)
+        ps.nbytes += len(part.data)
+        self.parts_bytes += len(part.data)
+        x.count("parts_received")
+        if w is not None and len(ps.pieces) == w[1].ref.count:
+            self._assembled(pk, now)
+
+    def _drop_piece(self, ps: PartSet, index: int):
+        q, raw, data = ps.pieces.pop(index)
+        ps.nbytes -= len(data)
+        self.parts_bytes -= len(data)
+
+    def _forget_parts(self, pk):
+        ps = self.parts.pop(pk, None)
+        if ps is not None:
+            self.parts_bytes -= ps.nbytes
+
+    def _assembled(self, pk, now: int):
+        """Every part of a waiting PROPOSE is here: check, journal, vote."""
+        x = self.x
+        key, prop, raw, t_recv = self.waiting.pop(pk)
+        ps = self.parts.get(pk)
+        self._forget_parts(pk)
+        if key in self.decided or key in self.held:
+            return
+        payload = records.assemble(prop.ref, {k: v[2] for k, v in ps.pieces.items()})
+        h = Held(key, prop._replace(payload=payload or b""), t_recv)
+        self.held[key] = h
+        if payload is None:
+            x.count("parts_mismatch")
+            self._vote_no(h, records.R_PARTS)
+            return
+        try:
+            for k in range(prop.ref.count):
+                q, praw, _ = ps.pieces[k]
+                x.journal.add_part((key[0], key[1], q), praw, now)
+            h.ordinal = x.journal.add_proposal(key, raw, now)
+        except (LogError, ValueError):
+            x.count("log_errors")
+            self._vote_no(h, records.R_LOG)
+            return
+        self.part_low[key] = min(v[0] for v in ps.pieces.values())
+        x.count("large_proposals")
         self.to_vote.append(h)
 
     def flush_votes(self, now: int):
@@ -279,12 +382,22 @@ class Participant:
             self.ready.appendleft(m)
 
     # ------------------------------------------------------------------ restart
-    def recovered(self, key: Key, raw: bytes, decision, delivered: bool, now: int):
-        """A proposal the journal held when this member started."""
+    def recovered(self, key: Key, raw: bytes, decision, delivered: bool, now: int, parts=None):
+        """A proposal the journal held when this member started; parts:
+        (sender, inc, nonce) -> {index: (seq, data)} of the journal's PART
+        records (a large payload's pieces)."""
         parsed = records.maybe(raw)
         if parsed is None or parsed[0] != records.PROPOSE:
             return
         prop = parsed[1]
+        if prop.ref is not None:
+            pieces = (parts or {}).get((key[0], key[1], prop.ref.nonce), {})
+            payload = records.assemble(prop.ref, {k: v[1] for k, v in pieces.items()})
+            if payload is None:
+                self.x.count("recovered_parts_missing")     # a damaged journal: not handed over
+                return
+            prop = prop._replace(payload=payload)
+            self.part_low[key] = min(v[0] for v in pieces.values())
         if delivered:
             self.delivered[key] = now
         if decision is not None:
@@ -302,6 +415,18 @@ class Participant:
         self._vote(h, now)
 
     def gc(self, horizon: int):
+        # parts no PROPOSE claimed (a sender that crashed or gave up between
+        # its parts and its PROPOSE), and PROPOSEs whose parts never came
+        for pk in [pk for pk, ps in self.parts.items() if ps.t_first < horizon and pk not in self.waiting]:
+            self._forget_parts(pk)
+            self.x.count("parts_orphaned")
+        for pk in [pk for pk, w in self.waiting.items() if w[0] in self.decided or w[3] < horizon]:
+            self.waiting.pop(pk)
+            self._forget_parts(pk)
+        if self.part_low:
+            live = set(self.held) | {(m.sender, m.inc, m.seq) for m in self.ready}
+            for k in [k for k in self.part_low if k not in live]:
+                del self.part_low[k]
         for d in (self.decided, self.delivered):
             while d:
                 k, v = next(iter(d.items()))

@@ -16,26 +16,36 @@ layer hands a proposal over itself, when it commits.
              a member that learns it was booted
     FENCE    a restarted sender: every proposal of its earlier incarnations
              that no DECIDE before this record commits is aborted
+    PART     a piece of a payload too large for one datagram: (nonce, index)
+             and the bytes; the PROPOSE that follows names the nonce, the
+             count, the length and a digest of the whole payload
+
+A payload that does not fit one datagram travels as PART records (each an
+ordinary message, repaired and logged like any other) before a PROPOSE that
+refers to them; a member votes only once it holds every part and the
+digest matches.  The parts need not be adjacent to the PROPOSE in the
+stream (another thread may publish between them): the nonce ties them.
 
 Everything here validates what it reads: a record from the network that does
 not parse is counted and ignored, never raised into the caller.
 """
 from __future__ import annotations
 
+import hashlib
 import struct
 from typing import List, NamedTuple, Optional, Tuple
 
 ATOMIC_LABEL = 2 ** 64 - 2         # the label of atomic records (2**64 - 1 means "none")
 VERSION = 1
 
-PROPOSE, DECIDE, BOOT, JOIN, FENCE = 1, 2, 3, 4, 5
+PROPOSE, DECIDE, BOOT, JOIN, FENCE, PART = 1, 2, 3, 4, 5, 6
 
 # Outcomes and reasons (a decision's, and an ABORTED answer's or a NO vote's).
 COMMIT, ABORT = 1, 2
-R_NONE, R_TIMEOUT, R_NO, R_BOOTED, R_LEFT, R_LOG, R_FENCED, R_SHUTDOWN = 0, 1, 2, 3, 4, 5, 6, 7
+R_NONE, R_TIMEOUT, R_NO, R_BOOTED, R_LEFT, R_LOG, R_FENCED, R_SHUTDOWN, R_PARTS = 0, 1, 2, 3, 4, 5, 6, 7, 8
 REASONS = {R_NONE: "", R_TIMEOUT: "timeout", R_NO: "a member voted no", R_BOOTED: "a member was booted",
            R_LEFT: "a member left", R_LOG: "the log failed", R_FENCED: "the sender restarted undecided",
-           R_SHUTDOWN: "the sender shut down"}
+           R_SHUTDOWN: "the sender shut down", R_PARTS: "the parts did not match the proposal"}
 
 # How votes travel.
 FLAT, TREE = 0, 1
@@ -46,9 +56,23 @@ _PROPOSE = struct.Struct("<BBBBIII")         # kind, version, scheme, 0, timeout
 _DECISION = struct.Struct("<IBBHQ")          # inc, outcome, reason, 0, seq
 _MEMBER = struct.Struct("<II")               # node id, inc
 _FENCE = struct.Struct("<BBHI")              # kind, version, 0, below inc
+_PART = struct.Struct("<BBHIQ")              # kind, version, 0, index, nonce
+_REF = struct.Struct("<QIIQ16s")             # nonce, count, 0, length, digest (a PROPOSE's payload, F_PARTS)
+F_PARTS = 1                                  # PROPOSE flag: the payload travels as PART records
+PART_HDR = _PART.size
+MAX_PARTS = 1 << 20                          # parts per payload (a 1 GiB payload in 1 KiB parts)
+MAX_LENGTH = 1 << 32
 MAX_DECISIONS = 64                           # per DECIDE record (1048 bytes)
 MAX_BOOTED = 128
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
+
+
+class PartsRef(NamedTuple):
+    """What a PROPOSE with F_PARTS says of its payload."""
+    nonce: int
+    count: int
+    length: int
+    digest: bytes
 
 
 class Propose(NamedTuple):
@@ -56,7 +80,19 @@ class Propose(NamedTuple):
     timeout_ns: int
     snapshot_n: int            # how many votes the sender waits for (informational)
     fanout: int                # tree: voters per aggregator
-    payload: bytes
+    payload: bytes             # the payload (b"" until assembled when ref is set)
+    ref: Optional[PartsRef] = None
+
+
+class Part(NamedTuple):
+    nonce: int
+    index: int
+    data: bytes
+
+
+def digest(payload) -> bytes:
+    """The 16-byte digest a PROPOSE with parts carries of its payload."""
+    return hashlib.blake2b(payload, digest_size=16).digest()
 
 
 class Decision(NamedTuple):
@@ -73,6 +109,35 @@ class RecordError(ValueError):
 def propose(payload, timeout_ns: int, scheme: int = FLAT, fanout: int = 16, snapshot_n: int = 0) -> bytes:
     ms = max(1, min(int(timeout_ns // 1_000_000), MAX_TIMEOUT_MS))
     return _PROPOSE.pack(PROPOSE, VERSION, scheme, 0, ms, snapshot_n, fanout) + bytes(payload)
+
+
+def propose_parts(payload, room: int, nonce: int, timeout_ns: int, scheme: int = FLAT, fanout: int = 16,
+                  snapshot_n: int = 0) -> List[bytes]:
+    """The PART records of payload (each at most room bytes) followed by
+    the PROPOSE that refers to them."""
+    chunk = room - PART_HDR
+    if chunk < 1:
+        raise ValueError(f"no room for a part in {room} bytes")
+    payload = memoryview(bytes(payload))
+    n = max(1, -(-len(payload) // chunk))
+    if n > MAX_PARTS or len(payload) >= MAX_LENGTH:
+        raise ValueError(f"an atomic payload of {len(payload)} bytes needs {n} parts, at most {MAX_PARTS}")
+    out = [_PART.pack(PART, VERSION, 0, k, nonce) + payload[k * chunk:(k + 1) * chunk] for k in range(n)]
+    ms = max(1, min(int(timeout_ns // 1_000_000), MAX_TIMEOUT_MS))
+    out.append(_PROPOSE.pack(PROPOSE, VERSION, scheme, F_PARTS, ms, snapshot_n, fanout)
+               + _REF.pack(nonce, n, 0, len(payload), digest(payload)))
+    return out
+
+
+def assemble(ref: PartsRef, pieces) -> Optional[bytes]:
+    """The payload from pieces (index -> bytes), or None if they do not
+    make ref's payload (a wrong length or digest)."""
+    if len(pieces) != ref.count:
+        return None
+    payload = b"".join(pieces[k] for k in range(ref.count))
+    if len(payload) != ref.length or digest(payload) != ref.digest:
+        return None
+    return payload
 
 
 def decide(decisions) -> bytes:
@@ -100,8 +165,8 @@ def fence(below_inc: int) -> bytes:
 
 
 def parse(rec: bytes):
-    """(kind, body): Propose, [Decision], [(node id, inc)], None (JOIN) or
-    below_inc (FENCE).  Raises RecordError."""
+    """(kind, body): Propose, [Decision], [(node id, inc)], None (JOIN),
+    below_inc (FENCE) or Part.  Raises RecordError."""
     if len(rec) < _HDR.size:
         raise RecordError("short record")
     kind, version, n = _HDR.unpack_from(rec)
@@ -110,9 +175,16 @@ def parse(rec: bytes):
     if kind == PROPOSE:
         if len(rec) < _PROPOSE.size:
             raise RecordError("short PROPOSE")
-        _, _, scheme, zero, ms, snap, fanout = _PROPOSE.unpack_from(rec)
-        if scheme not in (FLAT, TREE) or zero or not 0 < ms <= MAX_TIMEOUT_MS or not 1 <= fanout <= 4096:
+        _, _, scheme, flags, ms, snap, fanout = _PROPOSE.unpack_from(rec)
+        if scheme not in (FLAT, TREE) or flags & ~F_PARTS or not 0 < ms <= MAX_TIMEOUT_MS or not 1 <= fanout <= 4096:
             raise RecordError("bad PROPOSE header")
+        if flags & F_PARTS:
+            if len(rec) != _PROPOSE.size + _REF.size:
+                raise RecordError("bad PROPOSE parts reference")
+            nonce, count, zero, length, dg = _REF.unpack_from(rec, _PROPOSE.size)
+            if zero or not 1 <= count <= MAX_PARTS or length >= MAX_LENGTH or count > length + 1:
+                raise RecordError("bad PROPOSE parts reference")
+            return kind, Propose(scheme, ms * 1_000_000, snap, fanout, b"", PartsRef(nonce, count, length, dg))
         return kind, Propose(scheme, ms * 1_000_000, snap, fanout, bytes(rec[_PROPOSE.size:]))
     if kind == DECIDE:
         if not 0 < n <= MAX_DECISIONS or len(rec) != _HDR.size + n * _DECISION.size:
@@ -136,6 +208,13 @@ def parse(rec: bytes):
         if len(rec) != _FENCE.size or n:
             raise RecordError("bad FENCE")
         return kind, _FENCE.unpack(rec)[3]
+    if kind == PART:
+        if len(rec) < _PART.size:
+            raise RecordError("short PART")
+        _, _, zero, index, nonce = _PART.unpack_from(rec)
+        if zero or index >= MAX_PARTS:
+            raise RecordError("bad PART")
+        return kind, Part(nonce, index, bytes(rec[_PART.size:]))
     raise RecordError(f"unknown record kind {kind}")
 
 

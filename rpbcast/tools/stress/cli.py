@@ -36,11 +36,13 @@ def add_parsers(sub):
                    help="receivers' loop threads spin instead of sleeping in epoll (latency; burns a core each)")
     p.add_argument("--key-file", default=None,
                    help="group key file: every datagram carries a MAC (docs/security.md)")
+    p.add_argument("--encrypt", action="store_true",
+                   help="with --key-file: encrypt every datagram's body (Config.encrypt)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
-                   help="what a sender's buffer waits for (Config.flow_control); auto: the loggers' "
-                        "acknowledgments, or with --loggers 0 every receiver's report")
+                   help="what a sender's buffer waits for (Config.flow_control); auto: every receiver's "
+                        "report and, with loggers, the loggers' acknowledgments too")
     p.add_argument("--flow-timeout", type=float, default=None, metavar="SECONDS",
                    help="with receiver flow control: a receiver silent this long (of the sender's own "
                         "running time) is declared failed and released (Config.flow_timeout)")

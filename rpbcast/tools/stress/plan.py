@@ -103,14 +103,18 @@ BASELINE_FLOW = {"pbcast": "none (pbcast: messages live gc_limit gossip rounds)"
 
 def flow_control_of(args, loggers):
     """Config.flow_control for the run: --flow-control, or with auto the
-    loggers' acknowledgments when there are loggers, else the receivers'
-    (a baseline: what its paper has, BASELINE_FLOW)."""
+    receivers' reports -- and with loggers their acknowledgments as well
+    (HoldForReceivers waits for both).  Held to the loggers alone, a
+    sender is held to its fastest member: a logger that only appends runs
+    ahead of the receivers, whose sockets then overflow and whose losses
+    the logger serves again (a baseline: what its paper has,
+    BASELINE_FLOW)."""
     protocol = getattr(args, "protocol", "rpbcast")
     if protocol != "rpbcast":
         return BASELINE_FLOW[protocol]
     if args.flow_control != "auto":
         return args.flow_control
-    return "loggers" if loggers else "receivers"
+    return "receivers"
 
 
 def receivers_commit(args, plan: Plan) -> bool:
@@ -120,7 +124,7 @@ def receivers_commit(args, plan: Plan) -> bool:
     it resumes.  Not otherwise: it holds senders back by a checkpoint
     interval."""
     kills = [str(v) for v in (getattr(args, "kill", None) or [])]
-    return plan.flow_control == "receivers" and (
+    return plan.flow_control == "receivers" and not plan.loggers and (
         getattr(args, "kill_receiver", None) is not None or any(v.startswith("receiver:") for v in kills))
 
 
@@ -159,6 +163,7 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         cfg["busy_poll"] = True
     if getattr(args, "key_file", None):
         cfg["key_file"] = os.path.abspath(args.key_file)     # a keyed group (docs/security.md)
+        cfg["encrypt"] = bool(getattr(args, "encrypt", False))
     if role == "logger":
         cfg["log_dir"] = os.path.join(plan.work, f"log{i}")
         cfg["fsync"] = "interval"
