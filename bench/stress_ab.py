@@ -4,6 +4,12 @@ A B A B ... in one run, each run's sent rate and latency parsed from the
 report; prints every run and the medians, and B/A ratios.
 
     python3 bench/stress_ab.py --a ../main --b . --reps 3 -- --loggers 0 --receivers 1
+    python3 bench/stress_ab.py --a ../main --b . --reps 3 \
+        --case "--loggers 0 --receivers 1" --case "" --case "--loss 0.01"
+
+With --case (repeatable) every case runs in each repetition, A then B, so
+the cases see the same machine load; a Markdown table of medians ends the
+output.
 
 Each side runs with PYTHONPATH set to its checkout.  On the shared VM
 compare figures of one run of this script only."""
@@ -57,15 +63,37 @@ def main():
     ap.add_argument("--a", required=True, help="checkout A (the baseline)")
     ap.add_argument("--b", required=True, help="checkout B")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--case", action="append", default=None,
+                    help="stress arguments of one case (a quoted string; repeatable)")
+    ap.add_argument("--b-extra", default="",
+                    help="stress arguments for B only (an option A does not have, e.g. \"--flow-window 8192\")")
     ap.add_argument("stress", nargs=argparse.REMAINDER, help="-- then rpbcast stress arguments")
     o = ap.parse_args()
-    args = [a for a in o.stress if a != "--"]
-    res = {"A": [], "B": []}
+    cases = o.case if o.case is not None else [" ".join(a for a in o.stress if a != "--")]
+    res = {c: {"A": [], "B": []} for c in cases}
     for k in range(o.reps):
-        for side, tree in (("A", o.a), ("B", o.b)):
-            r = run(tree, args)
-            res[side].append(r)
-            print(f"rep {k} {side}: {r}", flush=True)
+        for c in cases:
+            for side, tree in (("A", o.a), ("B", o.b)):
+                r = run(tree, c.split() + (o.b_extra.split() if side == "B" else []))
+                r["load"] = round(os.getloadavg()[0], 1)
+                res[c][side].append(r)
+                print(f"rep {k} [{c}] {side}: {r}", flush=True)
+    rows = []
+    for c in cases:
+        med = summarize(res[c])
+        rows.append((c, med))
+    print("\n| stress ARGS | build | sent msgs/s | delivered msgs/s | p50 | p99 | exactly once |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for c, med in rows:
+        for side in ("A", "B"):
+            m = med[side]
+            ratio = (f" ({m['rate'] / med['A']['rate']:.2f}x)" if side == "B" and m["rate"] and med["A"]["rate"]
+                     else "")
+            print(f"| `{c or '(defaults)'}` | {side} | {m['rate'] or 0:,.0f}{ratio} | {m['recv_rate'] or 0:,.0f} | "
+                  f"{m['p50_ms'] or 0:.2f} ms | {m['p99_ms'] or 0:.2f} ms | {m['exactly_once']} |")
+
+
+def summarize(res):
     med = {}
     for side in ("A", "B"):
         ok = [r for r in res[side] if "rate" in r]
@@ -76,6 +104,7 @@ def main():
     if med["A"]["rate"] and med["B"]["rate"]:
         print(f"B/A: rate {med['B']['rate'] / med['A']['rate']:.2f}, "
               f"p50 {med['B']['p50_ms'] / med['A']['p50_ms']:.3f}, p99 {med['B']['p99_ms'] / med['A']['p99_ms']:.3f}")
+    return med
 
 
 if __name__ == "__main__":

@@ -216,6 +216,7 @@ static void rx_into_node(rp_loop_t *l, rp_rxbatch_t *b, int64_t now, int64_t rea
         }
         rp_node_rx(l->node, b->mem + b->off[i], b->len[i], b->src[i], at);
     }
+    rp_sendwin_after_rx(&l->win, l->node, b->n < b->cap, now);
 }
 
 /* Receive up to max_batches batches from socket k.  Returns datagrams.

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "catchup.h"
+#include "flowack.h"
 #include "reqlimit.h"
 
 const char *const rp_node_counter_names[RP_C__COUNT] = {
@@ -844,6 +845,9 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
             rx_heartbeat(n, m, now);
             break;
         case RP_T_PAD:
+            break;
+        case RP_T_FLOWACK:
+            rp_flowack_rx(n, m, &h, src, now);
             break;
         default:
             ctl_push(n, m, &h, src);

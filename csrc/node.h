@@ -147,6 +147,7 @@ typedef struct {
     uint8_t tracing;
     uint8_t no_deliver;        /* a dedicated logger: nothing for an application */
     uint8_t hold_send;         /* keep own messages until a logger acknowledges */
+    struct rp_flowack *flowack; /* the send window's data-plane feedback (flowack.h); NULL: off */
     uint64_t srb_w;            /* FIFO-SRB window of senders (0 = off) */
     uint64_t max_gap;
     size_t max_dgram;          /* largest datagram accepted */

@@ -30,7 +30,13 @@ void rp_sendwin_closed(rp_sendwin_t *w) {
 int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
     if (!w->waiting)
         return 0;
-    if (w->limit && rp_sendwin_room(w, n) < (w->limit + 3) / 4)
+    if (w->limit) {
+        uint64_t f = rp_sendwin_in_flight(n);
+        if (f < w->limit ? w->limit - f < (w->limit + 3) / 4 : 1)
+            return 0;
+    }
+    const rp_flowack_t *fa = n->flowack;
+    if (fa && fa->limit && rp_flowack_room(fa, n) < (fa->limit + 3) / 4)
         return 0;
     w->waiting = 0;
     w->n_opened++;
@@ -38,4 +44,9 @@ int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
     ssize_t r = write(w->fd, &one, sizeof(one));
     (void)r;
     return 1;
+}
+
+void rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now) {
+    if (n->flowack && rp_flowack_after_batch(n, drained, now))
+        rp_sendwin_poke(w, n);
 }

@@ -13,6 +13,7 @@
 #ifndef RP_SENDWINDOW_H
 #define RP_SENDWINDOW_H
 
+#include "flowack.h"
 #include "node.h"
 
 #define RP_EWINDOW (-16)   /* publish: the send window is full */
@@ -32,12 +33,16 @@ RP_INLINE uint64_t rp_sendwin_in_flight(const rp_node_t *n) {
     return n->hold_send && n->next_seq > n->acked ? n->next_seq - n->acked : 0;
 }
 
-/* How many more messages may be published now (UINT64_MAX: no window). */
+/* How many more messages may be published now (UINT64_MAX: no window):
+ * the lesser of this window's room and the flow window's (flowack.h: in
+ * flight beyond what the receivers acknowledged in the data plane). */
 RP_INLINE uint64_t rp_sendwin_room(const rp_sendwin_t *w, const rp_node_t *n) {
+    uint64_t room = rp_flowack_room(n->flowack, n);
     if (!w->limit)
-        return UINT64_MAX;
+        return room;
     uint64_t f = rp_sendwin_in_flight(n);
-    return f >= w->limit ? 0 : w->limit - f;
+    uint64_t r = f >= w->limit ? 0 : w->limit - f;
+    return r < room ? r : room;
 }
 
 /* A publish wanted more than room: remember a waiter, and clear a stale
@@ -48,5 +53,9 @@ void rp_sendwin_closed(rp_sendwin_t *w);
  * window is free again (not at every single message: a waiter woken for
  * one slot would publish one message per wake-up).  Returns 1 if signalled. */
 int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n);
+
+/* After a receive batch (the loop's one call): queue the flow
+ * acknowledgments due (flowack.h) and, when ours moved, wake the waiters. */
+void rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now);
 
 #endif

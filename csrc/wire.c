@@ -12,7 +12,7 @@ const char *const rp_wire_reason_names[RP_WR__COUNT] = {
 const char *const rp_wire_type_names[RP_T__COUNT] = {
     "pad", "data", "repair", "heartbeat", "gossip", "hblist", "rtx", "gcnote",
     "logack", "join", "leave", "members", "stability", "gapnote", "purged",
-    "window", "seqblock", "ping", "pong", "atomic",
+    "window", "seqblock", "ping", "pong", "atomic", "flowack",
 };
 
 const char *const rp_wire_section_names[RP_SEC__COUNT] = {
@@ -43,6 +43,7 @@ static const uint8_t known_flags[RP_T__COUNT] = {
     [RP_T_PING] = 0,
     [RP_T_PONG] = 0,
     [RP_T_ATOMIC] = RP_MF_VOTERS,
+    [RP_T_FLOWACK] = 0,
 };
 
 int rp_secit_next(rp_secit_t *it, uint8_t *kind, uint8_t *flags, const uint8_t **data,
@@ -191,6 +192,7 @@ int rp_wire_check_body(uint8_t type, uint8_t flags, const uint8_t *body, size_t 
     case RP_T_LEAVE:
     case RP_T_WINDOW:
     case RP_T_SEQBLOCK:
+    case RP_T_FLOWACK:
         ok = len == 0;
         break;
     case RP_T_PING:

@@ -55,7 +55,9 @@ enum {
     RP_T_ATOMIC    = 19,  /* atomic delivery (docs/atomic.md), about the proposal (sender, inc,
                              seq): aux = RP_ATOMIC_* | reason << 8; flag VOTERS: body = u32 ids
                              of YES voters an aggregator collected, else the body is empty */
-    RP_T__COUNT    = 20
+    RP_T_FLOWACK   = 20,  /* flow acknowledgment, receiver to sender (flowack.h): of stream
+                             (sender, inc) every seq < seq is received here; body empty */
+    RP_T__COUNT    = 21
 };
 
 /* Message flags, by type. */

@@ -171,6 +171,20 @@ class Config:
     # rate with p99 of tens of ms instead of seconds; smaller windows buy a
     # lower p99 with throughput (8192: p99 ~5 ms at 0.3 of the rate).
     send_window: int = 1 << 17
+    # Flow window: own messages a sender may have in flight beyond the
+    # least frontier its members acknowledged in the data plane (FLOWACK,
+    # csrc/flowack.h: a receiver's loop thread acks every flow_ack_every new
+    # messages, or when it has drained its socket -- no Python timer, so the
+    # feedback is ~0.1-1 ms, not the 2 ms report interval plus timer lag).
+    # It bounds the receivers' queueing (the latency) where send_window
+    # bounds what waits for release (loggers, "receivers" reports); a member
+    # behind and silent for flow_ack_timeout stops holding the window (a
+    # crashed receiver must not stop the sender; reliability is the release
+    # strategy's business, not this window's).  0 = off.  The default is
+    # measured: docs/performance.md, "Bounded queueing".
+    flow_window: int = 8192
+    flow_ack_every: int = 0               # 0: flow_window / 8
+    flow_ack_timeout: float = 0.1
 
     # loggers
     log_dir: Optional[str] = None
@@ -375,6 +389,17 @@ class Config:
              and 0 <= self.send_window <= 1 << 32,
              f"send_window must be an integer number of messages in 0..2**32 (0 = no window), "
              f"got {self.send_window!r}")
+        need(isinstance(self.flow_window, int) and not isinstance(self.flow_window, bool)
+             and 0 <= self.flow_window <= 1 << 32,
+             f"flow_window must be an integer number of messages in 0..2**32 (0 = off), "
+             f"got {self.flow_window!r}")
+        need(isinstance(self.flow_ack_every, int) and not isinstance(self.flow_ack_every, bool)
+             and 0 <= self.flow_ack_every <= 1 << 32,
+             f"flow_ack_every must be an integer number of messages in 0..2**32 (0 = flow_window / 8), "
+             f"got {self.flow_ack_every!r}")
+        need(isinstance(self.flow_ack_timeout, (int, float)) and not isinstance(self.flow_ack_timeout, bool)
+             and 0.001 <= self.flow_ack_timeout <= 3600,
+             f"flow_ack_timeout must be a number of seconds in 0.001..3600, got {self.flow_ack_timeout!r}")
         need(0 <= self.srb_window <= 1 << 24, f"srb_window must be in 0..2**24, got {self.srb_window}")
         need(self.srb_f >= 0, "srb_f must be >= 0")
         need(self.conflate in (0, 1, 2), f"conflate must be 0 (off), 1 or 2, got {self.conflate!r}")
@@ -485,9 +510,9 @@ class Config:
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
-               "send_window", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
+               "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
                "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
-_NUMBER_FIELDS = ("repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
+_NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 
 
 def _member_spec(m) -> MemberSpec:

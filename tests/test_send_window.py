@@ -23,6 +23,7 @@ PORT = 27640
 
 def _cfg(i, ids, port=PORT, **kw):
     kw.setdefault("flow_control", "receivers")
+    kw.setdefault("flow_window", 0)     # the release window alone (the flow window: test_flow_window.py)
     return Config(node_id=i, members=[MemberSpec(j, f"127.0.0.1:{port + j}") for j in ids],
                   bind=f"127.0.0.1:{port + i}", group_addr=f"239.255.77.9:{port}", gossip_interval=0.02,
                   linger=0.0, **kw)

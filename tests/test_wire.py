@@ -89,13 +89,14 @@ VALID = {
     T.PONG: msg(T.PONG, seq=2**64 - 1, body=struct.pack("<Q", 123)),
     T.ATOMIC: msg(T.ATOMIC, wire.F_VOTERS, sender=9, inc=1, aux=wire.atomic_aux(wire.ATOMIC_YES), seq=12,
                   body=wire.voter_ids([3, 4, 7])),
+    T.FLOWACK: msg(T.FLOWACK, sender=9, inc=1, seq=4096),
 }
 
 KNOWN_FLAGS = {
     T.PAD: 0, T.DATA: 0x01, T.REPAIR: 0x03, T.HEARTBEAT: 0x03, T.GOSSIP: 0, T.HBLIST: 0x07,
     T.RTX: 0, T.GCNOTE: 0, T.LOGACK: 0, T.JOIN: 0, T.LEAVE: 0, T.MEMBERS: 0x03,
     T.STABILITY: 0, T.GAPNOTE: 0x01, T.PURGED: 0, T.WINDOW: 0, T.SEQBLOCK: 0x01,
-    T.PING: 0, T.PONG: 0, T.ATOMIC: 0x01,
+    T.PING: 0, T.PONG: 0, T.ATOMIC: 0x01, T.FLOWACK: 0,
 }
 
 
@@ -112,7 +113,7 @@ def test_codes_are_the_wire_formats():
     docs/wire-format.md gives them."""
     assert [(t.name, int(t)) for t in T] == [(n, i) for i, n in enumerate(
         "PAD DATA REPAIR HEARTBEAT GOSSIP HBLIST RTX GCNOTE LOGACK JOIN LEAVE MEMBERS STABILITY "
-        "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG ATOMIC".split())]
+        "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG ATOMIC FLOWACK".split())]
     assert [(r.name, int(r)) for r in R] == [(n, i) for i, n in enumerate(
         "OK SHORT OVERSIZE MAGIC VERSION DFLAGS MAC COUNT MSG_TRUNC BODY_TRUNC TRAILING TYPE FLAGS "
         "BODY SEQ GROUP AUTH NOT_OWN REPLAY SIG".split())]
@@ -274,7 +275,7 @@ REASON_CASES = [
     ("body_trunc_into_mac", with_mac(patched(24 + 2, "<H", 6), b"\x00"), R.BODY_TRUNC),
     ("trailing", bytes(base()) + b"\x00", R.TRAILING),
     ("trailing_count_short", patched(16, "<H", 1, two()), R.TRAILING),
-    ("type_20", patched(24, "<B", 20), R.TYPE),
+    ("type_21", patched(24, "<B", 21), R.TYPE),
     ("type_255", patched(24, "<B", 255), R.TYPE),
     ("type_second_msg", patched(24 + 24, "<B", 99, two()), R.TYPE),
     ("flags", patched(25, "<B", 0x02), R.FLAGS),
@@ -377,6 +378,7 @@ BODY_CASES = [
     ("atomic_voters_empty", T.ATOMIC, wire.F_VOTERS, b""),
     ("atomic_voters_ragged", T.ATOMIC, wire.F_VOTERS, bytes(6)),
     ("atomic_voters_too_many", T.ATOMIC, wire.F_VOTERS, bytes(4 * (wire.ATOMIC_MAX_VOTERS + 1))),
+    ("flowack_body", T.FLOWACK, 0, bytes(8)),
 ]
 
 

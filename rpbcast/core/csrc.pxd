@@ -256,6 +256,7 @@ cdef extern from "wire.h" nogil:
         RP_T_SEQBLOCK
         RP_T_PING
         RP_T_PONG
+        RP_T_FLOWACK
         RP_T__COUNT
     enum:
         RP_MF_LABEL
@@ -474,6 +475,25 @@ cdef extern from "auth.h" nogil:
     int RP_AUTH_TRAILER
     int RP_AUTH_KEY_LEN
 
+cdef extern from "flowack.h" nogil:
+    ctypedef struct rp_flowmember_t:
+        uint32_t id, inc
+        uint64_t addr
+        uint8_t counts
+        uint64_t front
+        uint64_t sent
+    ctypedef struct rp_flowack_t:
+        rp_flowmember_t *m
+        uint32_t n
+        uint64_t limit
+        uint32_t every
+        int64_t resend_ns, stale_ns
+        uint64_t front
+        int active
+        uint64_t n_tx, n_rx, n_rejected, n_stale, n_batches
+        uint64_t gap_hist[16]
+    int RP_FLOWACK_MAX_MEMBERS
+
 cdef extern from "reqlimit.h" nogil:
     ctypedef struct rp_reqlimit_t:
         double rate, burst
@@ -547,6 +567,7 @@ cdef extern from "node.h" nogil:
         rp_auth_t *auth
         rp_reqlimit_t *reqlimit
         uint8_t deliver_own, fifo, is_logger, tracing, no_deliver, hold_send
+        rp_flowack_t *flowack
         uint64_t srb_w
         size_t max_dgram
         uint32_t max_scan
@@ -741,6 +762,15 @@ cdef extern from "loop.h" nogil:
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)
 
+
+cdef extern from "flowack.h" nogil:
+    int rp_flowack_init(rp_flowack_t *f, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns)
+    void rp_flowack_free(rp_flowack_t *f)
+    int rp_flowack_set_members(rp_flowack_t *f, const uint32_t *ids, const uint32_t *incs,
+                               const uint64_t *addrs, const uint8_t *counts, uint32_t n, int64_t now)
+    void rp_flowack_update(rp_flowack_t *f, const rp_node_t *n, int64_t now)
+    int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now)
+    uint64_t rp_flowack_room(const rp_flowack_t *f, const rp_node_t *n)
 
 cdef extern from "auth.h" nogil:
     # replay.h, through the keyed node's auth context

@@ -1,10 +1,11 @@
 from libc.stdint cimport uint8_t, uint32_t, uint64_t, int64_t
 
-from rpbcast.core.csrc cimport rp_node_t, rp_peer_t
+from rpbcast.core.csrc cimport rp_node_t, rp_peer_t, rp_flowack_t
 
 cdef class Node:
     cdef rp_node_t n
     cdef object log
+    cdef rp_flowack_t *flow
     cdef rp_peer_t *peer_at(self, uint32_t slot) except NULL
 
 

@@ -116,7 +116,86 @@ cdef class Node:
 
     def __dealloc__(self):
         self.n.log = NULL
+        self.n.flowack = NULL
         rp_node_free(&self.n)
+        if self.flow != NULL:
+            rp_flowack_free(self.flow)
+            free(self.flow)
+            self.flow = NULL
+
+    # ---- the flow window (csrc/flowack.h) -------------------------------
+
+    def flow_configure(self, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns):
+        """Turn on the data-plane flow acknowledgments: as a receiver, ack
+        every `every` new messages (or when a batch drains the socket); as a
+        sender, publish at most `limit` messages beyond the least frontier
+        the members acknowledged (0: acknowledge, but no window)."""
+        if self.flow == NULL:
+            self.flow = <rp_flowack_t *>malloc(sizeof(rp_flowack_t))
+            if self.flow == NULL:
+                raise MemoryError()
+            rp_flowack_init(self.flow, limit, every, stale_ns, resend_ns)
+        else:
+            self.flow.limit = limit
+            self.flow.every = every if every else 1
+            self.flow.stale_ns = stale_ns
+            self.flow.resend_ns = resend_ns
+        self.n.flowack = self.flow
+
+    def flow_set_members(self, members, int64_t now):
+        """members: [(id, inc, addr, counts)] -- where to acknowledge each
+        sender's stream, and whose acknowledgments hold our window."""
+        if self.flow == NULL:
+            return
+        cdef Py_ssize_t k = len(members), i
+        if k > RP_FLOWACK_MAX_MEMBERS:
+            raise ValueError(f"flow window: {k} members, at most {RP_FLOWACK_MAX_MEMBERS}")
+        ids = np.empty(max(k, 1), dtype=np.uint32)
+        incs = np.empty(max(k, 1), dtype=np.uint32)
+        addrs = np.empty(max(k, 1), dtype=np.uint64)
+        counts = np.empty(max(k, 1), dtype=np.uint8)
+        cdef uint32_t[::1] iv = ids, nv = incs
+        cdef uint64_t[::1] av = addrs
+        cdef uint8_t[::1] cv = counts
+        for i, (mid, minc, maddr, mc) in enumerate(members):
+            iv[i] = mid
+            nv[i] = minc
+            av[i] = maddr
+            cv[i] = 1 if mc else 0
+        if rp_flowack_set_members(self.flow, &iv[0], &nv[0], &av[0], &cv[0], <uint32_t>k, now) != RP_OK:
+            raise MemoryError()
+        rp_flowack_update(self.flow, &self.n, now)
+
+    @property
+    def flow_driven(self):
+        """Whether a data-plane loop feeds this node receive batches (the
+        flow window's acknowledgments need one: not the simulator's or the
+        in-memory network's engines)."""
+        return self.flow != NULL and self.flow.n_batches > 0
+
+    def flow_refresh(self, int64_t now):
+        """Re-judge the window's frontier now (a silent member goes stale)."""
+        if self.flow != NULL:
+            rp_flowack_update(self.flow, &self.n, now)
+
+    def flow_after_batch(self, bint drained, int64_t now):
+        """What the I/O loop does after each receive batch (drivers without
+        the C loop, and tests): queue the due acknowledgments; True if ours moved."""
+        return bool(rp_flowack_after_batch(&self.n, drained, now))
+
+    def flow_stats(self):
+        """The flow window: limit, frontier, room, counters, and per member
+        (id, inc, counts, front acknowledged to us, sent: what we acknowledged)."""
+        if self.flow == NULL:
+            return None
+        cdef uint64_t room = rp_flowack_room(self.flow, &self.n)
+        return {"limit": self.flow.limit, "every": self.flow.every, "active": bool(self.flow.active),
+                "front": self.flow.front, "room": None if room == 0xFFFFFFFFFFFFFFFF else room,
+                "acks_sent": self.flow.n_tx, "acks_received": self.flow.n_rx,
+                "acks_rejected": self.flow.n_rejected, "stale": self.flow.n_stale,
+                "ack_gap_us_log2": [self.flow.gap_hist[i] for i in range(16)],
+                "members": [(self.flow.m[i].id, self.flow.m[i].inc, bool(self.flow.m[i].counts),
+                             self.flow.m[i].front, self.flow.m[i].sent) for i in range(self.flow.n)]}
 
     # ---- identity / configuration ---------------------------------------
 

@@ -129,6 +129,45 @@ class LoggerAcks:
         self.progress_t = now
 
 
+class FlowWindow:
+    """The data plane's flow acknowledgments (csrc/flowack.h), set up from
+    the configuration and kept in step with the membership: where each
+    sender's stream is acknowledged to, and whose acknowledgments hold our
+    flow window (every receiver in the group but those the release strategy
+    no longer waits for; not the loggers).  The acknowledgments themselves never come here."""
+
+    def __init__(self, engine, released=None):
+        cfg = engine.cfg
+        self.node = engine.node
+        self.members = engine.members
+        self.released = released if released is not None else {}
+        # (a logger does not hold the window: it need not acknowledge)
+        self.on = (bool(cfg.flow_window) and hasattr(self.node, "flow_configure")
+                   and not getattr(engine, "is_logger", False))
+        self._key = None
+        if self.on:
+            every = cfg.flow_ack_every or max(1, cfg.flow_window // 8)
+            self.node.flow_configure(cfg.flow_window, every, _ns(cfg.flow_ack_timeout),
+                                     _ns(min(cfg.flow_report_interval, 0.001)))
+
+    def sync(self, now):
+        # only under a data-plane loop (udp): the simulator's thousands of
+        # engines and the in-memory network have no FLOWACKs to wait for
+        if not self.on or not self.node.flow_driven:
+            return
+        key = (self.members.version, len(self.released))
+        if key != self._key:
+            self._key = key
+            released = self.released
+            # A logger acknowledges (FLOWACK) like anyone, but does not hold
+            # the flow window: what it has not logged send_window bounds
+            # (LOGACK); the flow window is the receivers' queueing.
+            self.node.flow_set_members([(m.node_id, m.inc, m.addr, not m.is_logger and m.node_id not in released)
+                                        for m in self.members.active() if m.addr], now)
+        else:
+            self.node.flow_refresh(now)     # a silent member may have gone stale
+
+
 class NoHold:
     """Nothing is held: the gossip buffer is the only buffer."""
 
@@ -136,9 +175,13 @@ class NoHold:
 
     def __init__(self, engine):
         self.node = engine.node
+        self.flow = FlowWindow(engine, getattr(self, "released", None))
 
     def update_hold(self):
         self.node.hold_send = False
+
+    def on_timer(self, now):
+        self.flow.sync(now)
 
     def release(self, now):
         pass
@@ -178,6 +221,7 @@ class HoldForReceivers(HoldForLoggers):
     loggers) has it."""
 
     def __init__(self, engine, acks: LoggerAcks, now):
+        self.released = {}              # receiver id -> why it no longer holds us back
         super().__init__(engine, acks)
         cfg = engine.cfg
         self.e = engine
@@ -185,7 +229,6 @@ class HoldForReceivers(HoldForLoggers):
         self.inc = engine.inc
         self.is_logger = engine.is_logger
         self.reports = {}               # receiver id -> (its inc, our frontier it reported)
-        self.released = {}              # receiver id -> why it no longer holds us back
         self._sent = {}                 # slot -> (frontier we reported, when)
         self._report_ns = _ns(cfg.flow_report_interval)
         # A check late by more than a few report intervals means this
@@ -201,6 +244,7 @@ class HoldForReceivers(HoldForLoggers):
         return self.next_report
 
     def on_timer(self, now):
+        self.flow.sync(now)
         if now >= self.next_report:
             self._report(now)
             self._detect(now)

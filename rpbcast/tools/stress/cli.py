@@ -49,6 +49,9 @@ def add_parsers(sub):
     p.add_argument("--send-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's send window (Config.send_window; 0 = none, the store is the bound; "
                         "default: Config's)")
+    p.add_argument("--flow-window", type=int, default=None, metavar="MESSAGES",
+                   help="a sender's flow window over the receivers' data-plane acknowledgments "
+                        "(Config.flow_window; 0 = off; default: Config's)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,

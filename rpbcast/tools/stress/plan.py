@@ -148,6 +148,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         # rounds; buffer_time), not rpbcast's byte bound on the gossip
         # buffer: the whole store may hold it
         cfg["gossip_buffer_bytes"] = cfg["store_bytes"]
+    if getattr(args, "flow_window", None) is not None:
+        cfg["flow_window"] = args.flow_window
     if getattr(args, "send_window", None) is not None:
         cfg["send_window"] = args.send_window
     elif receivers_commit(args, plan):

@@ -1,0 +1,88 @@
+/* Flow acknowledgment: the send window's fast feedback, entirely in the
+ * data plane (no Python, no timer).
+ *
+ * Receiver side: after each receive batch, for every sender in the member
+ * table whose stream moved, a FLOWACK (wire.h) goes to that sender's
+ * registered address -- "of your stream every seq < f is here" -- once
+ * `every` new messages arrived, or at once when the batch drained the
+ * socket (the receiver caught up: the sender should know now).
+ *
+ * Sender side: a FLOWACK counts only from a member of the table, from the
+ * address and incarnation registered for it, about our own current stream,
+ * and never beyond what we sent (anything else is counted and dropped).  The
+ * window's frontier is the least frontier of the counting members; a member
+ * behind us and silent for `stale_ns` stops counting (a crashed or stopped
+ * receiver must not stop the sender: the window is for latency, the release
+ * strategy keeps what reliability needs) until it acknowledges again.
+ *
+ * The control plane (Python) sets the table from the membership
+ * (rp_flowack_set_members), nothing else.  All calls with the node lock held. */
+#ifndef RP_FLOWACK_H
+#define RP_FLOWACK_H
+
+#include "node.h"
+
+#define RP_FLOWACK_MAX_MEMBERS 4096
+
+typedef struct {
+    uint32_t id, inc;
+    uint64_t addr;        /* its unicast address (udpio packing) */
+    uint8_t counts;       /* its acknowledgments hold our window */
+    /* sender side: what it acknowledged of our stream */
+    uint64_t front;       /* every own seq < front is at this member */
+    int64_t heard;        /* when front last moved (or it was found caught up) */
+    int64_t behind_since; /* when it was last found behind with nothing newer (0: caught up) */
+    /* receiver side: what we acknowledged of its stream */
+    uint64_t sent;
+    int64_t sent_t;
+} rp_flowmember_t;
+
+typedef struct rp_flowack {
+    rp_flowmember_t *m;   /* sorted by id */
+    uint32_t n, cap;
+    uint64_t limit;       /* own messages beyond the least frontier (0: the window is off) */
+    uint32_t every;       /* receiver: acknowledge after this many new messages */
+    int64_t resend_ns;    /* receiver: repeat an unchanged frontier this often while traffic comes */
+    int64_t stale_ns;     /* sender: a behind member silent this long stops counting */
+    uint64_t front;       /* the least frontier of the counting members (valid when active) */
+    int active;           /* some member counts (the frontier binds) */
+    int moved;            /* acknowledgments moved since the last batch end */
+    uint64_t n_tx, n_rx, n_rejected, n_stale;
+    uint64_t n_batches;   /* receive batches seen: a data-plane loop drives this node */
+    /* sender side: time between acknowledgments that moved the frontier,
+     * bucket b: [2^b, 2^(b+1)) microseconds (0: < 2 us, 15: >= 32 ms) */
+    int64_t last_move;
+    uint64_t gap_hist[16];
+} rp_flowack_t;
+
+int  rp_flowack_init(rp_flowack_t *f, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns);
+void rp_flowack_free(rp_flowack_t *f);
+
+/* Replace the member table (ids need not be sorted; duplicates: the last
+ * wins).  A member already known with the same incarnation and address keeps
+ * its frontiers.  RP_EINVAL beyond RP_FLOWACK_MAX_MEMBERS. */
+int rp_flowack_set_members(rp_flowack_t *f, const uint32_t *ids, const uint32_t *incs,
+                           const uint64_t *addrs, const uint8_t *counts, uint32_t n, int64_t now);
+
+/* Sender side: one FLOWACK message of a datagram from source (src: its address). */
+void rp_flowack_rx(rp_node_t *n, const rp_msgview_t *m, const rp_dghdr_t *h, uint64_t src,
+                   int64_t now);
+
+/* Recompute the window's frontier (staleness is judged at `now`). */
+void rp_flowack_update(rp_flowack_t *f, const rp_node_t *n, int64_t now);
+
+/* Receiver side, after a receive batch: queue the FLOWACKs that are due
+ * (drained: the batch emptied the socket).  Returns 1 if acknowledgments
+ * for our own stream moved since the last call (the window may reopen). */
+int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now);
+
+/* Own messages in flight beyond the window's frontier, and the room left
+ * (UINT64_MAX: no flow window). */
+RP_INLINE uint64_t rp_flowack_room(const rp_flowack_t *f, const rp_node_t *n) {
+    if (!f || !f->limit || !f->active)
+        return UINT64_MAX;
+    uint64_t inflight = n->next_seq > f->front ? n->next_seq - f->front : 0;
+    return inflight >= f->limit ? 0 : f->limit - inflight;
+}
+
+#endif
