@@ -144,8 +144,11 @@ int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now) {
         if (slot == RP_NO_SLOT)
             continue;
         uint64_t fr = rp_seqtrack_contiguous(&n->peers[slot]->st);
-        int due = fr > e->sent ? (fr - e->sent >= f->every || drained)
-                               : (drained && fr && now - e->sent_t >= f->resend_ns);
+        /* Every `every` messages; else, once the socket is drained, at most
+         * one per resend_ns: a sender of lone messages to many receivers
+         * must not get an acknowledgment per message from each of them. */
+        int drained_due = drained && fr && now - e->sent_t >= f->resend_ns;
+        int due = fr > e->sent ? (fr - e->sent >= f->every || drained_due) : drained_due;
         if (!due)
             continue;
         if (!rp_node_out_msg(n, e->addr, RP_T_FLOWACK, 0, e->id, e->inc, 0, fr, 0))

@@ -78,6 +78,25 @@ def test_a_receiver_acks_every_k_messages_without_draining_and_repeats_when_idle
     assert len(r.datagrams()) == 1
 
 
+def test_lone_messages_get_at_most_one_drained_ack_per_interval():
+    """A sender of lone messages (each batch drains the socket) gets an
+    acknowledgment at most once per resend interval (1 ms here) from each
+    receiver, not one per message: with many receivers one per message
+    would be an acknowledgment implosion."""
+    s, r = _pair()
+    sent = 0
+    for k in range(20):                             # 20 lone messages 0.1 ms apart
+        now = 1 + k * MS // 10
+        _publish(s, 1, now)
+        _deliver(s, S_ADDR, r, now)
+        r.flow_after_batch(True, now)
+        sent += len(r.datagrams())
+    assert 1 <= sent <= 3                           # 2 ms of them: the first, then one per ms
+    r.flow_after_batch(True, 1 + 5 * MS)            # the next batch after a quiet spell: acks the rest
+    acks = [bytes(d) for _dest, d in r.datagrams()]
+    assert len(acks) == 1 and wire.parse(acks[0])[1][0][5] == 20
+
+
 @given(st.lists(st.tuples(st.sampled_from(["ok", "addr", "stranger", "inc", "stream", "ahead"]),
                           st.integers(0, LIMIT + 8)), max_size=40))
 @settings(max_examples=150, deadline=None)

@@ -80,8 +80,9 @@ def test_the_own_multicast_copy_never_reaches_the_publisher():
         # idle heartbeats 50 ms after a publish (not 5 ms): the loop's timer
         # wake-ups stay few even if this machine is slow, the own copies
         # would be one per publish; no tail probe (by design a timer wake-up
-        # after every lone publish: Config.tail_probe)
-        a, b, _ = pair(idle_after=0.05, tail_probe=0)
+        # after every lone publish: Config.tail_probe) and no flow window (B's
+        # acknowledgments, up to one per ms, arrive on A's unicast socket)
+        a, b, _ = pair(idle_after=0.05, tail_probe=0, flow_window=0)
         try:
             time.sleep(0.2)
             c0 = counters(a)
