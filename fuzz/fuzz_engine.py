@@ -309,6 +309,8 @@ def msg(v, type_):
         body = wire.voter_ids([v.node_id() for _ in range(1 + v.small(6))]) if voters else b""
         return (T.ATOMIC, wire.F_VOTERS if voters else 0, s, i,
                 wire.atomic_aux(what, rng.randrange(4)), v.seq(), body)
+    if type_ == T.FLOWACK:
+        return (T.FLOWACK, 0, s, i, 0, v.seq(), b"")
     return (T.PAD, 0, 0, 0, 0, 0, bytes(rng.choice((0, 8))))
 
 
