@@ -76,6 +76,10 @@ def config(node_id, args):
         extra["drop_own_copy"] = False
     if args.loop_cpu is not None:
         extra["loop_cpu"] = args.loop_cpu
+    if args.tail_probe is not None:
+        extra["tail_probe"] = args.tail_probe
+    if args.flow_window is not None:
+        extra["flow_window"] = args.flow_window
     ips = {PING: "127.0.0.1", PONG: "127.0.0.1"}
     hosts = os.environ.get("PINGPONG_HOSTS")         # --loss --hosts: each end its own host (eth0)
     if hosts:
@@ -262,6 +266,8 @@ def main(argv=None):
         p.add_argument("--no-own-filter", action="store_true",
                        help="Config.drop_own_copy = false: the own multicast copy reaches the node")
         p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
+        p.add_argument("--tail-probe", type=float, default=None, help="Config.tail_probe (seconds; 0 = none)")
+        p.add_argument("--flow-window", type=int, default=None, help="Config.flow_window (0 = none)")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.spin and not args.inline:
