@@ -328,6 +328,13 @@ def v6_group(ids, group, loggers=(), tmp_path=None, **kw):
         if i in loggers:
             c.update(role="logger", log_dir=str(tmp_path / f"log{i}"))
         nodes[i] = Node(Config(**c))
+    # A static member started while a stream may run takes the ids after its
+    # sponsor's answer (t_join); the logger, asked first, starts last here, so
+    # wait until every node has its answer before anyone publishes: an id lost
+    # in the network before the answer would otherwise count as before t_join.
+    end = time.time() + 3.0
+    while time.time() < end and any(n.engine.group.wants_t_join() for n in nodes.values()):
+        time.sleep(0.02)
     return nodes
 
 
