@@ -305,7 +305,9 @@ def test_a_flood_of_ipv6_sources_on_real_sockets_leaves_the_table_bounded_and_th
     out = json.loads(r.stdout.strip().splitlines()[-1])
     t = out["table"]
     assert t["cap"] == 64 and t["entries"] <= 64
-    assert t["evicted"] >= 3000 - 64 - 8       # every new source got a handle, by evicting an old one
+    # every new source that was read got a handle, by evicting an old one (the
+    # kernel may drop some of the 3,000 when the socket buffer is full)
+    assert t["evicted"] >= 2900 - 64 - 8
     assert t["refused"] == 0 and out["sock"]["rx_unnamed"] == 0
     assert out["rejected"] >= 2900             # the garbage was read, named and rejected (counted)
     # the configured members were never evicted: the group goes on, exactly once
