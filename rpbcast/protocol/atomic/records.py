@@ -132,8 +132,8 @@ def propose_parts(payload, room: int, nonce: int, timeout_ns: int, scheme: int =
 def assemble(ref: PartsRef, pieces) -> Optional[bytes]:
     """The payload from pieces (index -> bytes), or None if they do not
     make ref's payload (a wrong length or digest)."""
-    if len(pieces) != ref.count:
-        return None
+    if len(pieces) != ref.count or any(k not in pieces for k in range(ref.count)):
+        return None             # (a damaged journal may hold an index beyond the count)
     payload = b"".join(pieces[k] for k in range(ref.count))
     if len(payload) != ref.length or digest(payload) != ref.digest:
         return None
