@@ -177,7 +177,7 @@ class Engine:
         def parts_timer():
             # the parts' get_timer, inlined where it is an attribute
             return min(repair.next_gossip, repair.next_logger_rtx, pulls.next_nack, pulls.next_retry,
-                       pings.next_ping, group.next_report, group.next_join, buffer.next_report,
+                       pings.next_ping, group.next_report, group.next_join, group.next_sample, buffer.next_report,
                        heartbeats.get_timer(), acks.get_timer())
 
         self._parts_timer = parts_timer

@@ -22,6 +22,8 @@ declared failed, and recovers when heard from again.
 """
 from __future__ import annotations
 
+from collections import deque
+
 from rpbcast.core import wire
 from rpbcast.core.node import DEST_MCAST, PHASE_ALL, StreamLimit
 from rpbcast.protocol.authority import NOT_AUTHORITY, OUT_OF_BOUNDS
@@ -37,6 +39,11 @@ NS = 1_000_000_000
 NEVER = 1 << 62
 ACTIVE = (MEMBER, PENDING_LEAVE)
 ASK_T_JOIN_FOR = 1.0      # s: a member started late asks this long for t_join
+# How far back a sponsor keeps its heartbeat vector (sampled every
+# join_interval): a JOIN says how long its joiner has been asking, and the
+# answer is the vector as of then, not as of the answer.
+VECTOR_HISTORY = ASK_T_JOIN_FOR + 0.5
+MAX_ASKING_US = (1 << 32) - 1
 # How far ahead of the freshness we hold a third party (not the member, not
 # a logger) may move a member's entry: a member counts one per join, leave
 # or announcement, and a relayed entry is at most a few steps ahead; a key
@@ -118,14 +125,23 @@ class Group(StaticGroup):
         # a static member started late: asking for t_join until this time
         self._ask_until = None
         self._asked = 0
+        self._asking_since = now        # our first JOIN of this join (its age rides in each JOIN)
+        # (time, {(id, inc): last seq}) every join_interval, oldest first:
+        # t_join for a joiner whose first JOINs were lost or went to a
+        # member not up yet (ids published since it began asking are its)
+        self._vectors = deque()
+        self._vector_keep = _ns(VECTOR_HISTORY)
+        self.next_sample = now
 
     def handlers(self):
         return {T.JOIN: self.on_join, T.LEAVE: self.on_leave, T.MEMBERS: self.on_members}
 
     def get_timer(self):
-        return min(self.next_report, self.next_join)
+        return min(self.next_report, self.next_join, self.next_sample)
 
     def on_timer(self, now):
+        if now >= self.next_sample:
+            self._sample_vector(now)
         if now >= self.next_report:
             self.report_to_logger(now)
             self.next_report = now + self._report_ns
@@ -289,14 +305,56 @@ class Group(StaticGroup):
             self.e.post_event("member", m.node_id, "joined")
             if m.is_logger:
                 self.e.send_buffer.update_hold()
-        # Sponsor: our list (with the joiner in it) and our t_join vector.
+        # Sponsor: our list (with the joiner in it) and our t_join vector
+        # as of the joiner's first JOIN (aux: how long it has been asking, us).
         self.send_members(src, self.members.entries(), wire.F_REPLY)
+        vec = self.vector_as_of(now, aux * 1000)
+        self.e.heartbeats.send_list(src, [(s, i, q) for (s, i), q in vec.items()], wire.F_REPLY, HB_VECTOR)
+
+    # ------------------------------------------------------------------ t_join vectors
+    def _vector_now(self):
         node = self.node
-        vec = [(pid, pinc, node.peer_next(slot) - 1) for slot, pid, pinc in node.peer_ids()
-               if node.peer_next(slot) > 0]
+        vec = {(pid, pinc): node.peer_next(slot) - 1 for slot, pid, pinc in node.peer_ids()
+               if node.peer_next(slot) > 0}
         if node.next_seq:
-            vec.append((self.id, self.inc, node.next_seq - 1))
-        self.e.heartbeats.send_list(src, vec, wire.F_REPLY, HB_VECTOR)
+            vec[(self.id, self.inc)] = node.next_seq - 1
+        return vec
+
+    def _sample_vector(self, now):
+        v = self._vectors
+        v.append((now, self._vector_now()))
+        # keep one sample at or beyond the horizon: it answers the oldest ask
+        while len(v) > 2 and now - v[1][0] >= self._vector_keep:
+            v.popleft()
+        self.next_sample = now + self._join_ns
+
+    def vector_as_of(self, now, asked_ns):
+        """Each stream's last seq as it stood ``asked_ns`` ago -- at a
+        joiner's first JOIN -- from the newest sample at or before then
+        (never a later one: that would hand the joiner's first ids, lost in
+        the network meanwhile, to nobody).  A stream with no id by then is
+        left out: the joiner takes it whole.  Where the samples do not
+        reach back that far (we started later), a stream takes its oldest
+        sample.  What the joiner gets in excess is the ids of at most one
+        sampling interval before it started."""
+        cur = self._vector_now()
+        if asked_ns <= 0 or not self._vectors:
+            return cur
+        t = now - asked_ns
+        then = None                          # the newest sample at or before t
+        for ts, vec in self._vectors:
+            if ts > t:
+                break
+            then = vec
+        out = {}
+        for key, q in cur.items():
+            if then is not None:
+                v = then.get(key)
+            else:
+                v = next((vec[key] for _, vec in self._vectors if key in vec), q)
+            if v is not None:
+                out[key] = min(q, v)
+        return out
 
     def wants_t_join(self) -> bool:
         return (self.status == PENDING_JOIN or self._ask_until is not None) and not self.t_join_taken
@@ -315,6 +373,7 @@ class Group(StaticGroup):
         if not self._sponsor_candidates():
             return
         self._ask_until = now + _ns(ask_for)
+        self._asking_since = now
         self.status = PENDING_JOIN
         self.t_join_taken = False
         self._ask_tick(now)                 # the first JOIN at once
@@ -333,8 +392,12 @@ class Group(StaticGroup):
         if c:
             m = c[self._asked % len(c)]
             self._asked += 1
-            self.emit(m.addr, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness)
+            self.emit(m.addr, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness,
+                      aux=self._asking_us(now))
         self.next_join = now + self._join_ns
+
+    def _asking_us(self, now):
+        return min(MAX_ASKING_US, max(0, now - self._asking_since) // 1000)
 
     def take_t_join(self, entries):
         """A sponsor's vector: t_join.  We answer for what comes after it
@@ -400,6 +463,7 @@ class Group(StaticGroup):
         self.status = PENDING_JOIN
         self.sponsors = set()
         self.t_join_taken = False
+        self._asking_since = now
         self.members.upsert(self.self_entry())
         self.next_join = now
 
@@ -415,7 +479,8 @@ class Group(StaticGroup):
             self._ask_tick(now)
             return
         if self.status == PENDING_JOIN:
-            self.emit(DEST_MCAST, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness)
+            self.emit(DEST_MCAST, T.JOIN, self._member_bytes(self.self_entry()), seq=self.freshness,
+                      aux=self._asking_us(now))
         elif self.status == PENDING_LEAVE:
             self.emit(DEST_MCAST, T.LEAVE, seq=self.freshness)
         else:

@@ -1,0 +1,113 @@
+"""t_join for a member that starts while the group runs (thesis §5.3): it
+answers for what is published after it began asking, even when its first
+JOINs are lost or go to a member that is not up -- not only for what
+follows the answer that finally came back (issue 13: a static member
+started just before its publisher lost the first ids lost in the network,
+skipped as "before t_join")."""
+from groups import Group, payload
+from rpbcast.core import wire
+from rpbcast.drivers.memnet import NS
+
+T = wire.MsgType
+
+
+def types_in(data):
+    return [m for m in wire.parse(data)[1]]
+
+
+def late_start(g, node, inc):
+    g.net.crash(node)
+    e = g.start(node, incarnation=inc)
+    e.started_late(g.net.now)
+    g.net.flush(node)
+    return e
+
+
+def test_ids_lost_before_a_retried_join_answer_are_still_the_joiners():
+    g = Group(3, senders=[1])
+    g.net.crash(3)                                  # member 3 is down: asking it goes nowhere
+    g.net.run(0.3)
+    joins = []
+
+    def drop(src, dst, data):
+        msgs = types_in(data)
+        if src == 2 and dst == 1 and any(m.type == T.JOIN for m in msgs):
+            joins.append(g.net.now)
+            return len(joins) == 1                  # the first JOIN to the sponsor is lost
+        # the publisher's first three ids never reach the joiner
+        return dst == 2 and any(m.type == T.DATA and m.seq < 3 for m in msgs)
+    g.net.drop_filter = drop
+    e2 = late_start(g, 2, inc=2)
+    assert e2.group.wants_t_join()
+    g.net.run(0.01)
+    e1 = g.E[1]
+    for _ in range(10):
+        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
+    g.target[1] = 10
+    g.net.flush(1)
+    assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
+    assert len(joins) >= 2                          # the answer came to a later JOIN
+    g.net.drop_filter = None
+    g.net.run(1.0)
+    g.drain()
+    got = g.got[2]
+    assert sorted(q for (s, i, q) in got if s == 1) == list(range(10)), sorted(got)
+    assert set(got.values()) == {1}
+    assert e2.counters().get("t_join_skipped", 0) == 0
+
+
+def test_ids_published_before_the_first_join_are_not_the_joiners():
+    """The other side of t_join: what the group had before the member
+    started asking is skipped, not pulled -- however late the answer."""
+    g = Group(3, senders=[1])
+    g.net.crash(3)
+    e1 = g.E[1]
+    for _ in range(50):
+        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
+    g.net.flush(1)
+    g.net.run(0.3)
+    joins = []
+
+    def drop(src, dst, data):
+        if src == 2 and dst == 1 and any(m.type == T.JOIN for m in types_in(data)):
+            joins.append(g.net.now)
+            return len(joins) <= 2                  # two JOINs to the sponsor lost
+        return False
+    g.net.drop_filter = drop
+    e2 = late_start(g, 2, inc=2)
+    g.net.run(0.12)                                 # more than a sampling interval later
+    for _ in range(5):
+        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
+    g.net.flush(1)
+    assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
+    assert len(joins) >= 3
+    g.net.drop_filter = None
+    g.net.run(1.0)
+    g.drain()
+    mine = sorted(q for (s, i, q) in g.got[2] if s == 1)
+    assert mine == list(range(50, 55)), mine        # the five after its start, none of the fifty
+    assert set(g.got[2].values()) == {1}
+
+
+def test_a_sponsor_answers_with_its_vector_as_of_the_first_join():
+    """The vector as of ``asked`` ago: the newest sample at or before then;
+    a stream with nothing by then is left out (taken whole); an age
+    beyond the history takes each stream's oldest sample."""
+    g = Group(2, senders=[1])
+    e1 = g.E[1]
+    grp = e1.group
+    g.net.run(0.2)
+    t_before = g.net.now
+    for _ in range(7):
+        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
+    g.net.flush(1)
+    g.net.run(0.2)
+    now = g.net.now
+    own = (1, e1.inc)
+    assert grp.vector_as_of(now, 0)[own] == 6
+    assert own not in grp.vector_as_of(now, now - t_before + 1)     # nothing published by then
+    assert grp.vector_as_of(now, int(0.1 * NS))[own] == 6
+    assert grp.vector_as_of(now, 100 * NS).get(own) in (None, 6)    # beyond the history
+    # the history stays bounded however long the node runs
+    g.net.run(5.0)
+    assert len(grp._vectors) <= int((1.5 + 0.2) / 0.05) + 3
