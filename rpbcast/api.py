@@ -599,12 +599,14 @@ class Node:
             self.stalled = None
             return
         if now - w["since"] >= STALL_REPORT_AFTER:
-            self.stalled = (f"{unacked:,} published message(s) (seqs {d.first}..{d.last}) without an "
-                            f"acknowledgment for {now - w['since']:.1f} s: waiting for "
-                            f"{'; '.join(d.waiting_for) or '?'}")
+            stalled = (f"{unacked:,} published message(s) (seqs {d.first}..{d.last}) without an "
+                       f"acknowledgment for {now - w['since']:.1f} s: waiting for "
+                       f"{'; '.join(d.waiting_for) or '?'}")
             if now >= w["next_report"]:
-                _log.warning(f"node {self.node_id}: {self.stalled}")
+                _log.warning(f"node {self.node_id}: {stalled}")
                 w["next_report"] = now + STALL_REPORT_EVERY
+            # set after the warning: whoever sees Node.stalled can find it logged
+            self.stalled = stalled
 
     # ---- receiving ------------------------------------------------------
     def recv_batch(self, max_n: int = 4096, buf: Optional[bytearray] = None) -> Batch:
