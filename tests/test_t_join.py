@@ -111,3 +111,31 @@ def test_a_sponsor_answers_with_its_vector_as_of_the_first_join():
     # the history stays bounded however long the node runs
     g.net.run(5.0)
     assert len(grp._vectors) <= int((1.5 + 0.2) / 0.05) + 3
+
+
+def test_a_vector_in_several_parts_is_taken_whole():
+    """A sponsor with more streams than one HBLIST holds answers in
+    parts: every part is t_join, not only the first (the rest were taken
+    as heartbeats of streams started at 0 -- their whole history pulled)."""
+    n = 110                                          # > one part's ~88 entries at mtu 1472
+    g = Group(n, senders=list(range(1, n + 1)), gossip_interval=0.1)
+    for s in range(1, n + 1):
+        e = g.E[s]
+        for _ in range(2):
+            e.publish(payload(s, e.inc, e.node.next_seq), now=g.net.now)
+        g.net.flush(s)
+    g.net.run(0.5)
+    e2 = late_start(g, n, inc=2)
+    assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
+    g.net.run(0.5)
+    g.drain()
+    before = [k for k in g.got[n] if k[0] != n]
+    assert before == [], f"{len(before)} messages from before the start delivered"
+    # and what follows is delivered, from every stream
+    for s in (1, 60, 100):
+        e = g.E[s]
+        e.publish(payload(s, e.inc, e.node.next_seq), now=g.net.now)
+        g.net.flush(s)
+    g.net.run(0.5)
+    g.drain()
+    assert sorted(k[0] for k in g.got[n]) == [1, 60, 100]

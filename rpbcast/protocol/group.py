@@ -84,6 +84,9 @@ class StaticGroup:
         joining member, or one that asked at start, takes one.)"""
         return False
 
+    def takes_vector(self, source, total) -> bool:
+        return False
+
     def self_entry(self) -> Member:
         return Member(self.id, self.inc, self.status, self.role, self.e.cfg.addr, -1, self.freshness,
                       max(self.node.next_seq - 1, 0))
@@ -126,6 +129,7 @@ class Group(StaticGroup):
         self._ask_until = None
         self._asked = 0
         self._asking_since = now        # our first JOIN of this join (its age rides in each JOIN)
+        self._vector_from, self._vector_left = None, 0   # the answer's parts still to take
         # (time, {(id, inc): last seq}) every join_interval, oldest first:
         # t_join for a joiner whose first JOINs were lost or went to a
         # member not up yet (ids published since it began asking are its)
@@ -359,6 +363,15 @@ class Group(StaticGroup):
     def wants_t_join(self) -> bool:
         return (self.status == PENDING_JOIN or self._ask_until is not None) and not self.t_join_taken
 
+    def takes_vector(self, source, total) -> bool:
+        """Is this HBLIST VECTOR part t_join?  While we want it, any; then
+        the other parts of the same answer (aux: the whole list's size),
+        which would otherwise count as heartbeats of streams started at 0."""
+        if self.wants_t_join():
+            self._vector_from, self._vector_left = source, total
+            return True
+        return source == self._vector_from and self._vector_left > 0
+
     def ask_t_join(self, now: int, ask_for: float = ASK_T_JOIN_FOR):
         """A static member that starts while the group may be running (a
         process start or restart): unless catch_up, it rejoins as a joiner
@@ -407,6 +420,7 @@ class Group(StaticGroup):
         node = self.node
         skipped = 0
         resumed = self.e.resumed
+        self._vector_left -= len(entries)
         for s, i, q in entries:
             if (s == self.id and i == self.inc) or (s, i) in resumed:
                 continue            # (a resumed stream: the receiver said what it has)

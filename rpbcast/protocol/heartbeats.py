@@ -129,7 +129,7 @@ class Heartbeats:
         node = self.node
         group = self.e.group
         vector = bool(flags & wire.F_VECTOR)
-        if vector and group.wants_t_join():
+        if vector and group.takes_vector(source, aux):
             group.take_t_join(entries)
         else:
             members = self.e.members
