@@ -64,6 +64,7 @@ def _stream_id(s) -> int:
         raise ValueError(f"a stream id is an integer in 0..2**32-1, got {s!r}")
     return int(s)
 RECEIVE_BUF = 1 << 20
+SPIN_SLICE = 0.01       # a spinning wait returns to Python this often (signal handlers)
 
 
 def _buf_refs(batch) -> int:
@@ -185,6 +186,9 @@ def _incarnation(cfg: Config) -> int:
 
 def _socket_error_to_config(e: SocketError, cfg: Config, where: str):
     stage, err = e.stage, e.errno
+    if stage == "SO_BUSY_POLL":
+        return ConfigError(f"busy_poll_us = {cfg.busy_poll_us}: SO_BUSY_POLL refused ({os.strerror(err)}; "
+                           f"above net.core.busy_read it needs CAP_NET_ADMIN)")
     if stage == "bind" and err == errno.EADDRINUSE:
         return ConfigError(f"{where} is already in use (another rpbcast node?): choose another port, "
                            f"or port 0 to pick a free one")
@@ -250,7 +254,8 @@ class Node:
                 self.engine, **eps, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
                 sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
                 busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
-                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive, drop_own=cfg.drop_own_copy)
+                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive, drop_own=cfg.drop_own_copy,
+                busy_poll_us=cfg.busy_poll_us)
         except SocketError as e:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
@@ -271,7 +276,8 @@ class Node:
             logging.getLogger("rpbcast").warning(w)
         self._batch = None
         self._bi = 0
-        self._spin = cfg.receive_spin_us * 1e-6
+        # < 0: spin for the whole wait (receive_mode "spin")
+        self._spin = -1.0 if cfg.receive_mode == "spin" else cfg.receive_spin_us * 1e-6
         self._streams_chosen = streams is not None
         if streams is not None:
             self.engine.node.only_streams(True)
@@ -678,7 +684,17 @@ class Node:
         messages in what it reads go to the loop thread."""
         t = self.transport
         if t.app_receive:
-            return t.app_wait(-1 if timeout is None else max(timeout, 0.0), self._spin) > 0
+            if self._spin >= 0:
+                return t.app_wait(-1 if timeout is None else max(timeout, 0.0), self._spin) > 0
+            # receive_mode "spin": in slices, so that signal handlers run
+            # between them (a spinning wait makes no system call a signal ends)
+            deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+            while True:
+                left = SPIN_SLICE if deadline is None else min(SPIN_SLICE, deadline - time.monotonic())
+                if t.app_wait(max(left, 0.0), -1.0):
+                    return True
+                if self._closed or (deadline is not None and time.monotonic() >= deadline):
+                    return False
         return t.wait(-1 if timeout is None else min(max(timeout, 0.0), 0.1))
 
     def __iter__(self):
