@@ -682,6 +682,10 @@ class Node:
         spinning up to Config.receive_spin_us: a message reaches it with one
         thread wake-up, not two (the loop thread's, then this one's); control
         messages in what it reads go to the loop thread."""
+        if self._closed:
+            # (a wait that close() ended already took its wake-up: another
+            # would sleep on the eventfd forever)
+            return False
         t = self.transport
         if t.app_receive:
             if self._spin >= 0:
