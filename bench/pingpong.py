@@ -34,7 +34,10 @@ signals the application, the path before issue 15's step 2), --spin-us N
 false: loopback hands the ping its own copy, which wakes it), --loop-cpu N
 (Config.loop_cpu), --receive-mode spin (Config.receive_mode: receive()
 spins for its whole wait), --busy-poll (Config.busy_poll: the loop thread
-spins), --busy-poll-us N (Config.busy_poll_us, SO_BUSY_POLL).  The LOOP
+spins), --busy-poll-us N (Config.busy_poll_us, SO_BUSY_POLL), --pin (the
+application threads on CPUs of their own, the ping's first, the pong's
+last; the threads a node starts inherit it, Config.loop_cpu moves the
+loop thread).  The LOOP
 line counts, per round trip, control_us (time the control plane held the
 node lock),
 app_signals (loop -> application eventfd hops) and app_rx_dgrams
@@ -134,13 +137,19 @@ def loop_counters(node):
     lp, sk = d["loop"], d["sock"]
     c = {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
          "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
-    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty", "control_us"):      # trees that count them
+    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty", "control_us", "tail_probes"):  # trees that count them
         if k in lp:
             c[k] = lp[k]
     return c
 
 
 def make_node(node_id, args):
+    if args.pin:
+        # the application thread on a CPU of its own: the ping's on the
+        # first, the pong's on the last (the loop threads go where the
+        # scheduler puts them)
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[0] if node_id == PING else cpus[-1]})
     return Node(config(node_id, args), start=not args.inline)
 
 
@@ -283,6 +292,8 @@ def main(argv=None):
         p.add_argument("--busy-poll", action="store_true",
                        help="Config.busy_poll: the loop thread spins instead of epoll")
         p.add_argument("--busy-poll-us", type=int, default=None, help="Config.busy_poll_us (SO_BUSY_POLL)")
+        p.add_argument("--pin", action="store_true",
+                       help="pin the application thread: the ping's to the first CPU, the pong's to the last")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.spin and not args.inline:
