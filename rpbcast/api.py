@@ -664,7 +664,17 @@ class Node:
             prev = self._batch
             free = prev is not None and (prev.count == 0 or not _buf_held(prev))
             buf = prev.buf if free else bytearray(RECEIVE_BUF)
-            self._batch = self.recv_batch(RECEIVE_BATCH, buf)
+            r = self.transport.take_receive(RECEIVE_BATCH, buf)
+            k = r[0]
+            if k == 1:
+                # one message (a receiver waiting for each): plain ints, no arrays
+                _, s, i, q, lab, t, off, ln, st = r
+                self._batch, self._bi = Batch(1, None, None, None, None, None, None, None, buf), 1
+                return Message(s, i, q, None if lab == NOLABEL else lab, memoryview(buf)[off:off + ln], t, st)
+            if k or self.engine.node.recv_need <= len(buf):
+                self._batch = Batch(*r[:8], buf, r[8])
+            else:
+                self._batch = self.recv_batch(RECEIVE_BATCH, buf)     # a large message: a buffer for it
             del buf         # (held here, it would look like a payload held on the next turn)
             self._bi = 0
             if self._batch.count:

@@ -249,3 +249,35 @@ def test_busy_poll_us_is_set_on_the_sockets():
         assert b.transport.busy_poll_us == 0
     finally:
         close(a, b)
+
+
+def test_a_lone_message_and_a_batch_give_the_same_message_fields():
+    """receive() hands a lone message over as plain ints (no arrays of one
+    entry: ~3 us a message, docs/performance.md); it must carry what the
+    batched path carries -- sender, incarnation, seq, label (None for
+    none), stream, rx_time, payload -- and keep its buffer while the payload
+    lives.  (A guard for the fast path: main's receive gives the same.)"""
+    a, b = pair(transport="unicast", receive_mode="spin")
+    try:
+        b.subscribe(0)
+        b.subscribe(7)
+        seen = []
+        for k, (label, stream) in enumerate([(None, 0), (5, 7), (None, 7)]):
+            a.publish(b"m%d" % k, label=label, stream=stream)
+            m = b.receive(timeout=5)                    # one at a time: the lone-message path
+            seen.append(m)
+        for k, (label, stream) in enumerate([(None, 0), (5, 7), (None, 7)]):
+            a.publish(b"m%d" % (k + 3), label=label, stream=stream)
+        end = time.monotonic() + 5
+        while b.transport.pending() < 3 and time.monotonic() < end:
+            time.sleep(0.01)
+        batched = [b.receive(timeout=5) for _ in range(3)]   # three at once: the batch path
+        for lone, many in zip(seen, batched):
+            assert (lone.sender, lone.inc, lone.label, lone.stream) == (many.sender, many.inc, many.label,
+                                                                        many.stream)
+            assert many.seq == lone.seq + 3
+            assert isinstance(lone.seq, int) and isinstance(lone.rx_time, int) and lone.rx_time > 0
+        assert [bytes(m.payload) for m in seen + batched] == [b"m%d" % k for k in range(6)]
+        assert [m.label for m in seen] == [None, 5, None] and [m.stream for m in seen] == [0, 7, 7]
+    finally:
+        close(a, b)

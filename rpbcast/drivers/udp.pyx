@@ -633,6 +633,29 @@ cdef class Transport:
         return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
                 r[7].copy(), d.streams[:k].copy())
 
+    def take_receive(self, size_t max_n, uint8_t[::1] buf not None):
+        """take for Node.receive: the same, but one message comes back as
+        plain ints (count, sender, inc, seq, label, rx_time, off, len,
+        stream), not nine arrays of one entry -- the common case of a
+        receiver that waits for each message (~2 us of copies less)."""
+        if not max_n:
+            return _NO_DELIVERIES
+        cdef Deliveries d = _scratch(max_n)
+        cdef size_t k
+        with nogil:
+            rp_loop_lock(&self.loop)
+            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
+                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
+                                buf.shape[0], rp_now_ns())
+            rp_loop_unlock(&self.loop)
+        if not k:
+            return _NO_DELIVERIES
+        if k == 1:
+            return (1, d.s_[0], d.i_[0], d.q_[0], d.b_[0], d.t_[0], d.o_[0], d.l_[0], d.st_[0])
+        r = d.result(k)
+        return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
+                r[7].copy(), d.streams[:k].copy())
+
     def pending(self):
         cdef uint64_t k
         with nogil:
