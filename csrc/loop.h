@@ -83,7 +83,7 @@ typedef struct {
     uint64_t n_app_rx_empty;  /* the application's recvmmsg that found nothing */
     volatile int app_spinning; /* application threads spinning for a whole wait
                                 * (receive_mode "spin"): the loop stays parked
-                                * until its next timer, not blind_max_ns */
+                                * until its next timer or 10 x blind_max_ns */
     uint64_t n_control_ns, max_control_ns;  /* time in control-plane calls (mu held) */
 } rp_loop_t;
 
