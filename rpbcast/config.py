@@ -252,9 +252,9 @@ class Config:
     receive_spin_us: int = 0              # receive() retries the sockets this long before it
                                           # sleeps (0: no spin; burns the core meanwhile)
     receive_mode: str = "wait"            # "spin": a waiting receive()/wait() never sleeps: it
-                                          # retries non-blocking recvmmsg for the whole wait (a core
-                                          # per receiving thread; no poll, no eventfd) and the loop
-                                          # thread stays parked until its next timer
+                                          # polls the sockets without blocking for the whole wait (a
+                                          # core per receiving thread; no sleep, no eventfd hop) and
+                                          # the loop thread stays parked (timers, at most 10 ms)
     busy_poll_us: int = 0                 # SO_BUSY_POLL on the sockets (with SO_PREFER_BUSY_POLL):
                                           # receives poll the device queue this long (0: off)
     loop_cpu: Optional[int] = None        # pin the loop thread to this CPU (None: the scheduler's
