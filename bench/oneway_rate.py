@@ -46,6 +46,8 @@ def extra_config(args):
     e = {}
     if args.no_own_filter:
         e["drop_own_copy"] = False
+    if getattr(args, "receive_mode", None):
+        e["receive_mode"] = args.receive_mode
     return e
 
 
@@ -124,6 +126,8 @@ def main(argv=None):
     b = sub.add_parser("recv")
     b.add_argument("seconds", type=float)
     b.add_argument("--busy-take", action="store_true", help="never wait: recv_batch in a loop")
+    b.add_argument("--receive-mode", choices=("wait", "spin"), default=None,
+                   help="Config.receive_mode (spin: Node.wait never sleeps)")
     for p in (a, b):
         p.add_argument("--no-own-filter", action="store_true", help="Config.drop_own_copy = false")
     args = ap.parse_args(argv)

@@ -32,7 +32,14 @@ application drives the node with Node.poll), --timestamps, --spin
 signals the application, the path before issue 15's step 2), --spin-us N
 (Config.receive_spin_us), --no-own-filter (Config.drop_own_copy =
 false: loopback hands the ping its own copy, which wakes it), --loop-cpu N
-(Config.loop_cpu).  The LOOP line counts, per round trip,
+(Config.loop_cpu), --receive-mode spin (Config.receive_mode: receive()
+spins for its whole wait), --busy-poll (Config.busy_poll: the loop thread
+spins), --busy-poll-us N (Config.busy_poll_us, SO_BUSY_POLL), --pin (the
+application threads on CPUs of their own, the ping's first, the pong's
+last; the threads a node starts inherit it, Config.loop_cpu moves the
+loop thread).  The LOOP
+line counts, per round trip, control_us (time the control plane held the
+node lock),
 app_signals (loop -> application eventfd hops) and app_rx_dgrams
 (datagrams the application thread received itself).
 
@@ -80,6 +87,12 @@ def config(node_id, args):
         extra["tail_probe"] = args.tail_probe
     if args.flow_window is not None:
         extra["flow_window"] = args.flow_window
+    if args.receive_mode is not None:
+        extra["receive_mode"] = args.receive_mode
+    if args.busy_poll:
+        extra["busy_poll"] = True
+    if args.busy_poll_us is not None:
+        extra["busy_poll_us"] = args.busy_poll_us
     ips = {PING: "127.0.0.1", PONG: "127.0.0.1"}
     hosts = os.environ.get("PINGPONG_HOSTS")         # --loss --hosts: each end its own host (eth0)
     if hosts:
@@ -124,13 +137,19 @@ def loop_counters(node):
     lp, sk = d["loop"], d["sock"]
     c = {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
          "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
-    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty"):      # trees that count them
+    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty", "control_us", "tail_probes"):  # trees that count them
         if k in lp:
             c[k] = lp[k]
     return c
 
 
 def make_node(node_id, args):
+    if args.pin:
+        # the application thread on a CPU of its own: the ping's on the
+        # first, the pong's on the last (the loop threads go where the
+        # scheduler puts them)
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[0] if node_id == PING else cpus[-1]})
     return Node(config(node_id, args), start=not args.inline)
 
 
@@ -268,6 +287,13 @@ def main(argv=None):
         p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
         p.add_argument("--tail-probe", type=float, default=None, help="Config.tail_probe (seconds; 0 = none)")
         p.add_argument("--flow-window", type=int, default=None, help="Config.flow_window (0 = none)")
+        p.add_argument("--receive-mode", choices=("wait", "spin"), default=None,
+                       help="Config.receive_mode (spin: receive() never sleeps)")
+        p.add_argument("--busy-poll", action="store_true",
+                       help="Config.busy_poll: the loop thread spins instead of epoll")
+        p.add_argument("--busy-poll-us", type=int, default=None, help="Config.busy_poll_us (SO_BUSY_POLL)")
+        p.add_argument("--pin", action="store_true",
+                       help="pin the application thread: the ping's to the first CPU, the pong's to the last")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.spin and not args.inline:

@@ -168,8 +168,12 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
         wait = max_wait_ns;
     if (wait > 100000000)
         wait = 100000000;   /* wake at least every 100 ms */
-    if (blind && wait > l->blind_max_ns)
-        wait = l->blind_max_ns;
+    /* a spinning application reads everything and hands control over (a
+     * wake-up): the loop looks at the sockets ten times less often -- still
+     * every 10 ms, for when the application stops receiving for a while */
+    int64_t blind_max = l->app_spinning ? 10 * l->blind_max_ns : l->blind_max_ns;
+    if (blind && wait > blind_max)
+        wait = blind_max;
     if (wait < 0)
         wait = 0;
     l->sleep_until = now + wait;
@@ -219,6 +223,18 @@ static void rx_into_node(rp_loop_t *l, rp_rxbatch_t *b, int64_t now, int64_t rea
     rp_sendwin_after_rx(&l->win, l->node, b->n < b->cap, now);
 }
 
+/* The control plane (Python, under the GIL), timed: its calls hold mu, so
+ * their length is how long a receive may wait for the node. */
+static int64_t run_control(rp_loop_t *l, int64_t now, int why) {
+    int64_t t = l->control(l->ctx, now, why);
+    uint64_t d = (uint64_t)(rp_now_ns() - now);
+    l->n_control++;
+    l->n_control_ns += d;
+    if (d > l->max_control_ns)
+        l->max_control_ns = d;
+    return t;
+}
+
 /* Receive up to max_batches batches from socket k.  Returns datagrams.
  * Each batch is stamped with a clock read after its recvmmsg returned: a
  * datagram cannot have arrived later than that.  One reading reused for
@@ -238,9 +254,8 @@ static int rx_socket(rp_loop_t *l, int k, int64_t real_minus_mono) {
         /* Control bodies point into the receive buffers: hand them over
          * before the next batch reuses them. */
         if ((n->nctl || l->every_rx) && l->control) {
-            l->next_timer = l->control(l->ctx, now, (n->nctl ? RP_WHY_CTL : 0) | RP_WHY_RX |
-                                                    (n->nack_pending ? RP_WHY_NACK : 0));
-            l->n_control++;
+            l->next_timer = run_control(l, now, (n->nctl ? RP_WHY_CTL : 0) | RP_WHY_RX |
+                                                (n->nack_pending ? RP_WHY_NACK : 0));
         }
         if ((uint32_t)r < l->rx.cap)
             break;
@@ -260,8 +275,7 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     if (l->ctl_pending && l->control) {
         /* control messages the application thread received (their bodies
          * in arx, which it does not reuse until this is done) */
-        l->next_timer = l->control(l->ctx, rp_now_ns(), RP_WHY_CTL | (n->nack_pending ? RP_WHY_NACK : 0));
-        l->n_control++;
+        l->next_timer = run_control(l, rp_now_ns(), RP_WHY_CTL | (n->nack_pending ? RP_WHY_NACK : 0));
     }
     int resume_app = l->ctl_pending;
     l->ctl_pending = 0;
@@ -271,8 +285,7 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     int64_t now = rp_now_ns();          /* after the receive work: timers are judged now */
     if (l->control && (now >= l->next_timer || n->nack_pending)) {
         int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
-        l->next_timer = l->control(l->ctx, now, why);
-        l->n_control++;
+        l->next_timer = run_control(l, now, why);
     }
     probe(l, now);
     rp_loop_flush(l);
@@ -440,13 +453,17 @@ static int app_rx_once(rp_loop_t *l, int mask) {
  * k): a wait costs ppoll + one recvmmsg per message, not a recvmmsg on every
  * socket before and after every sleep (three of four came back empty).  The
  * first look reads nothing: ppoll returns at once for what is already
- * queued.  A spinning wait reads every socket on every turn. */
+ * queued.  A spinning wait polls them with a zero timeout, without the
+ * node lock, and reads what that shows. */
 uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
     int64_t t0 = rp_now_ns();
     int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
-    int64_t spin_end = t0 + (spin_ns > 0 ? spin_ns : 0);
+    int whole = spin_ns < 0;    /* receive_mode "spin" */
+    int64_t spin_end = whole ? deadline : t0 + (spin_ns > 0 ? spin_ns : 0);
     uint64_t pending = 0;
-    int mask = spin_ns > 0 ? 3 : 0;
+    int mask = 0;
+    if (whole)
+        __atomic_add_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     l->app_busy = 0;
     for (;;) {
@@ -465,11 +482,6 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         int64_t now = rp_now_ns();
         if (now >= deadline)
             break;
-        if (own && now < spin_end) {
-            l->n_app_spins++;
-            mask = 3;
-            continue;
-        }
         struct pollfd p[3];
         int np = 0, sock_of[3] = {-1, -1, -1};
         p[np].fd = l->app_fd;
@@ -481,15 +493,30 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
                     p[np].fd = l->socks[k]->fd;
                     p[np++].events = POLLIN;
                 }
-        struct timespec ts, *tp = NULL;
         int64_t until = due < deadline ? due : deadline;
-        if (until != INT64_MAX) {
-            int64_t w = until > now ? until - now : 0;
-            ts.tv_sec = w / 1000000000LL;
-            ts.tv_nsec = w % 1000000000LL;
-            tp = &ts;
+        int r;
+        if (own && now < spin_end) {
+            /* Spin: look without the node lock (a spinner that took mu on
+             * every turn would starve the loop thread of it: it relocks
+             * before the woken loop runs), lock only for what is there. */
+            struct timespec zero = {0, 0};
+            int64_t stop = until < spin_end ? until : spin_end;
+            for (;;) {
+                l->n_app_spins++;
+                r = ppoll(p, (nfds_t)np, &zero, NULL);
+                if (r != 0 || l->closing || rp_now_ns() >= stop)
+                    break;
+            }
+        } else {
+            struct timespec ts, *tp = NULL;
+            if (until != INT64_MAX) {
+                int64_t w = until > now ? until - now : 0;
+                ts.tv_sec = w / 1000000000LL;
+                ts.tv_nsec = w % 1000000000LL;
+                tp = &ts;
+            }
+            r = ppoll(p, (nfds_t)np, tp, NULL);
         }
-        int r = ppoll(p, (nfds_t)np, tp, NULL);
         if (r < 0 && errno == EINTR)
             break;      /* a signal: back to Python, which runs its handler */
         mask = 0;
@@ -503,6 +530,8 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         }
     }
     __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    if (whole)
+        __atomic_sub_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);
     /* Traffic in full batches: this thread now goes off to consume them, so
      * the loop thread must read the sockets meanwhile (not sleep blind for a
      * millisecond) -- two threads in a pipeline, as before, at high rates. */
@@ -511,6 +540,11 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         rp_loop_wake(l);
     }
     return pending;
+}
+
+void rp_loop_control_time(const rp_loop_t *l, uint64_t *total_ns, uint64_t *max_ns) {
+    *total_ns = l->n_control_ns;
+    *max_ns = l->max_control_ns;
 }
 
 void rp_loop_close_waiters(rp_loop_t *l) {

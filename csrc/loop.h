@@ -81,6 +81,10 @@ typedef struct {
     uint64_t n_app_signals;  /* app_fd writes (a loop -> application hop) */
     uint64_t n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins;
     uint64_t n_app_rx_empty;  /* the application's recvmmsg that found nothing */
+    volatile int app_spinning; /* application threads spinning for a whole wait
+                                * (receive_mode "spin"): the loop stays parked
+                                * until its next timer or 10 x blind_max_ns */
+    uint64_t n_control_ns, max_control_ns;  /* time in control-plane calls (mu held) */
 } rp_loop_t;
 
 int64_t rp_now_ns(void);
@@ -112,10 +116,16 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
  * itself (when app_rx): spin up to spin_ns retrying non-blocking receives,
  * then sleep in poll() on the sockets and app_fd, up to timeout_ns (-1:
  * forever; a signal ends the wait early, so Python can run its handler).
+ * spin_ns < 0: spin for the whole wait, never sleeping (the caller bounds
+ * timeout_ns so that Python's signal handlers still run).
  * Control messages and gaps in its batch are handed to the loop
  * thread (woken), never run here.  Returns the deliveries pending (> 0), or 0
  * on timeout.  Call without mu held, from a threaded loop only. */
 uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns);
+
+/* The control plane's calls so far: total and longest time (ns) each held
+ * mu -- how long a receive may have waited for the node. */
+void rp_loop_control_time(const rp_loop_t *l, uint64_t *total_ns, uint64_t *max_ns);
 
 /* Closing: every rp_loop_app_wait returns now, and later ones at once. */
 void rp_loop_close_waiters(rp_loop_t *l);

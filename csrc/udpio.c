@@ -291,6 +291,26 @@ int rp_sock_drop_own(rp_sock_t *s, uint32_t group, uint32_t id, uint32_t inc) {
     return 0;
 }
 
+/* ---- busy polling ------------------------------------------------------- */
+
+#ifndef SO_PREFER_BUSY_POLL
+#define SO_PREFER_BUSY_POLL 69
+#endif
+
+int rp_sock_busy_poll(rp_sock_t *s, int usec) {
+    if (setsockopt(s->fd, SOL_SOCKET, SO_BUSY_POLL, &usec, sizeof(usec)) < 0)
+        return -errno;
+    /* prefer: the device's interrupts stay deferred while we poll (best
+     * effort: kernels before 5.11 do not have it) */
+    int prefer = usec > 0;
+    setsockopt(s->fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &prefer, sizeof(prefer));
+    int got = 0;
+    socklen_t gl = sizeof(got);
+    if (getsockopt(s->fd, SOL_SOCKET, SO_BUSY_POLL, &got, &gl) < 0)
+        return -errno;
+    return got;
+}
+
 /* ---- receive ----------------------------------------------------------- */
 
 #define CTRL_LEN 64

@@ -72,6 +72,11 @@ uint64_t rp_sock_unnamed(const rp_sock_t *s);
  * filter drops those whose rpbcast header names (group, id, inc) in the
  * kernel, so they never wake a thread.  Returns 0 or -errno. */
 int rp_sock_drop_own(rp_sock_t *s, uint32_t group, uint32_t id, uint32_t inc);
+/* SO_BUSY_POLL (usec) with SO_PREFER_BUSY_POLL: a receive on this socket
+ * polls its device queue (NAPI) itself, busy, before it sleeps -- one pass
+ * for a non-blocking receive.  0 turns it off.  Returns the value the
+ * kernel holds (getsockopt) or -errno. */
+int rp_sock_busy_poll(rp_sock_t *s, int usec);
 
 /* A batch of received datagrams, laid out for rp_node_rx. */
 typedef struct {

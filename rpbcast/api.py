@@ -64,6 +64,7 @@ def _stream_id(s) -> int:
         raise ValueError(f"a stream id is an integer in 0..2**32-1, got {s!r}")
     return int(s)
 RECEIVE_BUF = 1 << 20
+SPIN_SLICE = 0.01       # a spinning wait returns to Python this often (signal handlers)
 
 
 def _buf_refs(batch) -> int:
@@ -185,6 +186,9 @@ def _incarnation(cfg: Config) -> int:
 
 def _socket_error_to_config(e: SocketError, cfg: Config, where: str):
     stage, err = e.stage, e.errno
+    if stage == "SO_BUSY_POLL":
+        return ConfigError(f"busy_poll_us = {cfg.busy_poll_us}: SO_BUSY_POLL refused ({os.strerror(err)}; "
+                           f"above net.core.busy_read it needs CAP_NET_ADMIN)")
     if stage == "bind" and err == errno.EADDRINUSE:
         return ConfigError(f"{where} is already in use (another rpbcast node?): choose another port, "
                            f"or port 0 to pick a free one")
@@ -250,7 +254,8 @@ class Node:
                 self.engine, **eps, ttl=cfg.ttl, mloop=cfg.multicast_loop, rcvbuf=cfg.rcvbuf,
                 sndbuf=cfg.sndbuf, gro=cfg.gro, gso=cfg.gso, timestamps=cfg.timestamps,
                 busy_poll=cfg.busy_poll, rx_batch=cfg.rx_batch, fanout=cfg.transport == "unicast",
-                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive, drop_own=cfg.drop_own_copy)
+                drop_rate=cfg.drop_rate, app_receive=cfg.app_receive, drop_own=cfg.drop_own_copy,
+                busy_poll_us=cfg.busy_poll_us)
         except SocketError as e:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
@@ -271,7 +276,8 @@ class Node:
             logging.getLogger("rpbcast").warning(w)
         self._batch = None
         self._bi = 0
-        self._spin = cfg.receive_spin_us * 1e-6
+        # < 0: spin for the whole wait (receive_mode "spin")
+        self._spin = -1.0 if cfg.receive_mode == "spin" else cfg.receive_spin_us * 1e-6
         self._streams_chosen = streams is not None
         if streams is not None:
             self.engine.node.only_streams(True)
@@ -660,7 +666,17 @@ class Node:
             prev = self._batch
             free = prev is not None and (prev.count == 0 or not _buf_held(prev))
             buf = prev.buf if free else bytearray(RECEIVE_BUF)
-            self._batch = self.recv_batch(RECEIVE_BATCH, buf)
+            r = self.transport.take_receive(RECEIVE_BATCH, buf)
+            k = r[0]
+            if k == 1:
+                # one message (a receiver waiting for each): plain ints, no arrays
+                _, s, i, q, lab, t, off, ln, st = r
+                self._batch, self._bi = Batch(1, None, None, None, None, None, None, None, buf), 1
+                return Message(s, i, q, None if lab == NOLABEL else lab, memoryview(buf)[off:off + ln], t, st)
+            if k or self.engine.node.recv_need <= len(buf):
+                self._batch = Batch(*r[:8], buf, r[8])
+            else:
+                self._batch = self.recv_batch(RECEIVE_BATCH, buf)     # a large message: a buffer for it
             del buf         # (held here, it would look like a payload held on the next turn)
             self._bi = 0
             if self._batch.count:
@@ -678,9 +694,23 @@ class Node:
         spinning up to Config.receive_spin_us: a message reaches it with one
         thread wake-up, not two (the loop thread's, then this one's); control
         messages in what it reads go to the loop thread."""
+        if self._closed:
+            # (a wait that close() ended already took its wake-up: another
+            # would sleep on the eventfd forever)
+            return False
         t = self.transport
         if t.app_receive:
-            return t.app_wait(-1 if timeout is None else max(timeout, 0.0), self._spin) > 0
+            if self._spin >= 0:
+                return t.app_wait(-1 if timeout is None else max(timeout, 0.0), self._spin) > 0
+            # receive_mode "spin": in slices, so that signal handlers run
+            # between them (a spinning wait makes no system call a signal ends)
+            deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+            while True:
+                left = SPIN_SLICE if deadline is None else min(SPIN_SLICE, deadline - time.monotonic())
+                if t.app_wait(max(left, 0.0), -1.0):
+                    return True
+                if self._closed or (deadline is not None and time.monotonic() >= deadline):
+                    return False
         return t.wait(-1 if timeout is None else min(max(timeout, 0.0), 0.1))
 
     def __iter__(self):

@@ -18,6 +18,7 @@ class ConfigError(ValueError):
 
 ROLES = ("member", "logger")
 TRANSPORTS = ("multicast", "unicast")
+RECEIVE_MODES = ("wait", "spin")
 
 
 def _is_ipv4_text(text: str) -> bool:
@@ -250,6 +251,12 @@ class Config:
                                           # (one thread wake-up per message instead of two)
     receive_spin_us: int = 0              # receive() retries the sockets this long before it
                                           # sleeps (0: no spin; burns the core meanwhile)
+    receive_mode: str = "wait"            # "spin": a waiting receive()/wait() never sleeps: it
+                                          # polls the sockets without blocking for the whole wait (a
+                                          # core per receiving thread; no sleep, no eventfd hop) and
+                                          # the loop thread stays parked (timers, at most 10 ms)
+    busy_poll_us: int = 0                 # SO_BUSY_POLL on the sockets (with SO_PREFER_BUSY_POLL):
+                                          # receives poll the device queue this long (0: off)
     loop_cpu: Optional[int] = None        # pin the loop thread to this CPU (None: the scheduler's
                                           # choice; the application pins its own threads)
     timestamps: bool = False              # kernel receive timestamps
@@ -419,6 +426,14 @@ class Config:
         need(isinstance(self.receive_spin_us, int) and not isinstance(self.receive_spin_us, bool)
              and 0 <= self.receive_spin_us <= 1_000_000,
              f"receive_spin_us must be 0..1000000 microseconds, got {self.receive_spin_us!r}")
+        need(self.receive_mode in RECEIVE_MODES,
+             f"receive_mode must be one of {RECEIVE_MODES}, got {self.receive_mode!r}")
+        need(self.receive_mode != "spin" or (self.app_receive is True and not self.busy_poll),
+             "receive_mode 'spin' needs app_receive = true and busy_poll = false (the application "
+             "thread spins on the sockets itself)")
+        need(isinstance(self.busy_poll_us, int) and not isinstance(self.busy_poll_us, bool)
+             and 0 <= self.busy_poll_us <= 1_000_000,
+             f"busy_poll_us must be 0..1000000 microseconds, got {self.busy_poll_us!r}")
         need(0.0 <= self.drop_rate < 1.0, f"drop_rate must be in [0, 1), got {self.drop_rate}")
         from rpbcast import netaddr
         try:
@@ -511,7 +526,7 @@ class Config:
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
-               "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us",
+               "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us", "busy_poll_us",
                "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
 _NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 

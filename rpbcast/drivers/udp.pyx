@@ -50,6 +50,7 @@ cdef extern from "udpio.h" nogil:
     uint64_t rp_sock_unresolved(const rp_sock_t *s)
     uint64_t rp_sock_unnamed(const rp_sock_t *s)
     int rp_sock_drop_own(rp_sock_t *s, uint32_t group, uint32_t id, uint32_t inc)
+    int rp_sock_busy_poll(rp_sock_t *s, int usec)
 
 cdef extern from "addr6.h" nogil:
     ctypedef struct rp_addr6_stats_t:
@@ -112,6 +113,7 @@ cdef extern from "loop.h" nogil:
     rp_sendwin_t *rp_loop_window(rp_loop_t *l)
     void rp_loop_set_window(rp_loop_t *l, uint64_t limit)
     int rp_loop_window_poke(rp_loop_t *l)
+    void rp_loop_control_time(const rp_loop_t *l, uint64_t *total_ns, uint64_t *max_ns)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -165,6 +167,7 @@ cdef class Transport:
     cdef rp_rxbatch_t rawrx
     cdef object _raw_rng
     cdef object _hb                     # the engine's heartbeats, when the loop sends the tail probe
+    cdef readonly int busy_poll_us      # SO_BUSY_POLL as the kernel holds it (0: off)
 
     def __cinit__(self):
         self.mrx.fd = -1
@@ -178,7 +181,7 @@ cdef class Transport:
                  bint timestamps=False, bint busy_poll=False, uint32_t rx_batch=64,
                  bint fanout=False, double drop_rate=0.0, uint64_t seed=0, bint app_receive=True,
                  int family=4, bytes group6=None, bytes bind6=None, uint32_t bind_scope=0,
-                 bint drop_own=True):
+                 bint drop_own=True, int busy_poll_us=0):
         """family 6: IPv6 -- bind6/bind_scope the unicast address, group6 the
         group (joined on ifindex, which IPv6 multicast needs); the *_ip
         arguments are then unused."""
@@ -250,6 +253,16 @@ cdef class Transport:
         if self.have_mrx and drop_own:
             self.own_filter = rp_sock_drop_own(&self.mrx, self.node.n.group, self.node.n.id,
                                                self.node.n.inc) == 0
+        # SO_BUSY_POLL: receives poll the device queue (veth/NIC NAPI;
+        # loopback has none) before they sleep
+        self.busy_poll_us = 0
+        if busy_poll_us:
+            rc = rp_sock_busy_poll(&self.uc, busy_poll_us)
+            if rc >= 0 and self.have_mrx:
+                rc = rp_sock_busy_poll(&self.mrx, busy_poll_us)
+            if rc < 0:
+                raise SocketError(-rc, "SO_BUSY_POLL", "busy_poll_us")
+            self.busy_poll_us = rc
         rc = rp_loop_init(&self.loop, &self.node.n, &self.mrx if self.have_mrx else NULL, &self.uc,
                           self.mcast_addr, rx_batch, busy_poll)
         if rc < 0:
@@ -620,6 +633,29 @@ cdef class Transport:
         return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
                 r[7].copy(), d.streams[:k].copy())
 
+    def take_receive(self, size_t max_n, uint8_t[::1] buf not None):
+        """take for Node.receive: the same, but one message comes back as
+        plain ints (count, sender, inc, seq, label, rx_time, off, len,
+        stream), not nine arrays of one entry -- the common case of a
+        receiver that waits for each message (~2 us of copies less)."""
+        if not max_n:
+            return _NO_DELIVERIES
+        cdef Deliveries d = _scratch(max_n)
+        cdef size_t k
+        with nogil:
+            rp_loop_lock(&self.loop)
+            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
+                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
+                                buf.shape[0], rp_now_ns())
+            rp_loop_unlock(&self.loop)
+        if not k:
+            return _NO_DELIVERIES
+        if k == 1:
+            return (1, d.s_[0], d.i_[0], d.q_[0], d.b_[0], d.t_[0], d.o_[0], d.l_[0], d.st_[0])
+        r = d.result(k)
+        return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
+                r[7].copy(), d.streams[:k].copy())
+
     def pending(self):
         cdef uint64_t k
         with nogil:
@@ -686,6 +722,8 @@ cdef class Transport:
             "rcvbuf": self.mrx.rcvbuf if self.have_mrx else self.uc.rcvbuf, "sndbuf": self.uc.sndbuf,
             "timestamps": bool(self.uc.timestamps or (self.have_mrx and self.mrx.timestamps)),
         }
+        cdef uint64_t ctl_ns, ctl_max
+        rp_loop_control_time(&self.loop, &ctl_ns, &ctl_max)
         d["loop"] = {"iterations": self.loop.n_iter, "wakeups": self.loop.n_wakeups,
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,
                      "dropped_in_process": self.loop.n_dropped, "errors": self.errors,
@@ -698,7 +736,9 @@ cdef class Transport:
                      "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
                      "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty,
-                     "tail_probes": self.loop.n_probes}
+                     "tail_probes": self.loop.n_probes,
+                     # time the control plane held the node lock (a receive waits that long)
+                     "control_us": ctl_ns / 1e3, "control_max_us": ctl_max / 1e3}
         return d
 
     def sock_info(self):

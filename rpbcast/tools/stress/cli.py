@@ -34,6 +34,9 @@ def add_parsers(sub):
                         "one thread wake-up per message instead of two")
     p.add_argument("--busy-poll", action="store_true",
                    help="receivers' loop threads spin instead of sleeping in epoll (latency; burns a core each)")
+    p.add_argument("--receive-mode", choices=["wait", "spin"], default="wait",
+                   help="receivers' Config.receive_mode: spin = the application thread never sleeps "
+                        "while it waits (latency; burns a core each)")
     p.add_argument("--key-file", default=None,
                    help="group key file: every datagram carries a MAC (docs/security.md)")
     p.add_argument("--encrypt", action="store_true",

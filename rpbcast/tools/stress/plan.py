@@ -161,6 +161,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         cfg.update(interface=HostNet.DEV, ttl=1)
     if role == "receiver" and args.busy_poll:
         cfg["busy_poll"] = True
+    if role == "receiver" and getattr(args, "receive_mode", "wait") != "wait":
+        cfg["receive_mode"] = args.receive_mode
     if getattr(args, "key_file", None):
         cfg["key_file"] = os.path.abspath(args.key_file)     # a keyed group (docs/security.md)
         cfg["encrypt"] = bool(getattr(args, "encrypt", False))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from rpbcast.tools.stress.tally import Tally
 from rpbcast.tools.stress.worker.channel import emit
 from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_trace, extensions, final_event,
@@ -15,6 +17,14 @@ REPORT_EVERY_NS = 250_000_000          # progress, and the checkpoint
 COMMIT_EVERY_NS = 100_000_000          # the checkpoint, when it is what the node may report (flow_commit)
 FAULT_REPORT_EVERY_NS = 100_000_000    # progress in a run with faults (catch-up times)
 BATCH = 65536
+# The counting (Tally.add: 20-120 us of NumPy per call, whatever the batch)
+# is deferred and done for many takes at once: while it runs, messages wait
+# in the socket, and at 100 k msgs/s a count per take was most of the
+# receiver's cycle and so of the latency it reports (docs/performance.md).
+DEFER_MESSAGES = 4096
+DEFER_NS = 2_000_000
+BUF_BYTES = 64 << 20
+BUF_RESERVE = 8 << 20           # count before a take could find less room than this
 LOST_CHECK_EVERY_NS = 50_000_000       # pbcast: are all ids delivered or given up?
 
 
@@ -46,11 +56,14 @@ def run_receiver(spec, cmds, tw_factory):
         b = app.take()
         now = time.monotonic_ns()
         if b.count:
-            tally.add(b, now)
+            app.hold(b, now, tally)
         elif not inline:
             node.wait(0.01)
         if orders.read(cmds):
             completed = False               # new orders: say so again once they are met
+        # what the checks and reports below read must be counted first
+        app.settle(tally, now, force=(orders.expect is not None and not completed) or now >= next_report
+                   or bool(ckpt and now >= next_save))
         given_up = False
         if gives_up and orders.expect is not None and not completed and now >= next_lost_check:
             events.poll(node)
@@ -102,7 +115,11 @@ class _Application:
         self.node = node
         self.inline = inline
         self.slow = slow
-        self.buf = bytearray(64 << 20)
+        self.buf = bytearray(BUF_BYTES)
+        self.view = memoryview(self.buf)
+        self.pos = 0                    # where the next take writes its payloads
+        self.held = []                  # (batch, its offset in buf, when taken): not counted yet
+        self.n_held = 0
         self.consumed = 0
         self.t_slow = time.monotonic_ns()
 
@@ -114,20 +131,64 @@ class _Application:
             want = max(0, min(want, allowed))
             if not want:
                 time.sleep(0.001)
+        # each take writes behind the ones held, so they stay readable until counted
+        room = self.view[self.pos:]
         if self.inline:
-            b = self.node.poll(0.01 if want else 0.0, want, self.buf)   # waits in the loop itself
+            b = self.node.poll(0.01 if want else 0.0, want, room)   # waits in the loop itself
         else:
-            b = self.node.recv_batch(want, self.buf)
+            b = self.node.recv_batch(want, room)
         self.consumed += b.count
         return b
 
+    def hold(self, b, now, tally):
+        """Keep a take for counting later (a large message the node put in
+        a buffer of its own is counted now, with what is held)."""
+        k = b.count
+        if b.buf is not self.view and not (isinstance(b.buf, memoryview) and b.buf.obj is self.buf):
+            self.settle(tally, now, force=True)
+            tally.add(b, now)
+            return
+        self.held.append((b, self.pos, now))
+        self.n_held += k
+        self.pos += int(b.offs[k - 1]) + int(b.lens[k - 1])
+
+    def settle(self, tally, now, force=False):
+        """Count what is held when it is much, old, near the buffer's end,
+        or when `force`d (a check or report reads the tally)."""
+        if not self.held or not (force or self.n_held >= DEFER_MESSAGES or now - self.held[0][2] >= DEFER_NS
+                                 or self.pos > BUF_BYTES - BUF_RESERVE):
+            return
+        if len(self.held) == 1:
+            b, _, t = self.held[0]
+            tally.add(b, t)
+        else:
+            tally.add(_merged(self.held, self.buf), np.concatenate(
+                [np.full(b.count, t, np.int64) for b, _, t in self.held]))
+        self.held.clear()
+        self.n_held = 0
+        self.pos = 0
+
     def drain(self, tally):
         """Count what is left in the delivery queue, unthrottled."""
+        self.settle(tally, time.monotonic_ns(), force=True)
         while True:
             b = self.node.poll(0.0, BATCH, self.buf) if self.inline else self.node.recv_batch(BATCH, self.buf)
             if not b.count:
                 break
             tally.add(b, time.monotonic_ns())
+
+
+def _merged(held, buf):
+    """Several takes as one batch over the whole buffer (their payloads lie
+    back to back in it, each take's offsets relative to where it wrote)."""
+    from rpbcast.api import Batch
+
+    def cat(i):
+        return np.concatenate([b[i][:b.count] for b, _, _ in held])
+    offs = np.concatenate([b.offs[:b.count].astype(np.int64) + pos for b, pos, _ in held])
+    streams = None if any(b.streams is None for b, _, _ in held) else cat(9)
+    return Batch(sum(b.count for b, _, _ in held), cat(1), cat(2), cat(3), cat(4), cat(5),
+                 offs, cat(7), buf, streams)
 
 
 class _Orders:
