@@ -67,14 +67,24 @@ def main():
                     help="stress arguments of one case (a quoted string; repeatable)")
     ap.add_argument("--b-extra", default="",
                     help="stress arguments for B only (an option A does not have, e.g. \"--flow-window 8192\")")
+    ap.add_argument("--a-extra", default="",
+                    help="stress arguments for A only (e.g. \"--send-window 0 --flow-window 0\" with --a . --b .: "
+                         "one build, no windows against its defaults)")
+    ap.add_argument("--swap", action="store_true",
+                    help="B then A in every other repetition (a load that rises or falls during the run "
+                         "does not favour one side)")
     ap.add_argument("stress", nargs=argparse.REMAINDER, help="-- then rpbcast stress arguments")
     o = ap.parse_args()
     cases = o.case if o.case is not None else [" ".join(a for a in o.stress if a != "--")]
     res = {c: {"A": [], "B": []} for c in cases}
     for k in range(o.reps):
         for c in cases:
-            for side, tree in (("A", o.a), ("B", o.b)):
-                r = run(tree, c.split() + (o.b_extra.split() if side == "B" else []))
+            order = (("A", o.a), ("B", o.b))
+            if o.swap and k % 2:
+                order = order[::-1]
+            for side, tree in order:
+                extra = o.b_extra if side == "B" else o.a_extra
+                r = run(tree, c.split() + extra.split())
                 r["load"] = round(os.getloadavg()[0], 1)
                 res[c][side].append(r)
                 print(f"rep {k} [{c}] {side}: {r}", flush=True)
