@@ -160,16 +160,19 @@ static int ack_due(rp_node_t *n, int idle, int64_t now) {
         if (slot == RP_NO_SLOT)
             continue;
         uint64_t fr = taken_front(n, n->peers[slot], backlog);
+        /* Never below what we said: the estimate dips while other senders'
+         * messages queue up, and what was taken stays taken. */
+        uint64_t ack = fr > e->sent ? fr : e->sent;
         /* Every `every` messages; else, once nothing waits, at most one per
          * resend_ns: a sender of lone messages to many receivers must not
          * get an acknowledgment per message from each of them. */
-        int idle_due = idle && fr && now - e->sent_t >= f->resend_ns;
+        int idle_due = idle && ack && now - e->sent_t >= f->resend_ns;
         int due = fr > e->sent ? (fr - e->sent >= f->every || idle_due) : idle_due;
         if (!due)
             continue;
-        if (!rp_node_out_msg(n, e->addr, RP_T_FLOWACK, 0, e->id, e->inc, 0, fr, 0))
+        if (!rp_node_out_msg(n, e->addr, RP_T_FLOWACK, 0, e->id, e->inc, 0, ack, 0))
             break;                      /* the outbox is full: next time */
-        e->sent = fr;
+        e->sent = ack;
         e->sent_t = now;
         f->n_tx++;
         queued++;

@@ -241,3 +241,58 @@ def test_a_receiver_with_a_backlog_from_several_senders_holds_each_of_them_by_al
 
 def _acks_of(fronts):
     return [_ack(f) for f in fronts]
+
+
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["s", "o", "take", "batch"]), st.integers(1, 40)),
+                               max_size=40))
+@settings(max_examples=120, deadline=None)
+def test_acknowledgments_against_a_model_of_the_delivery_queue(fifo, ops):
+    """Against a reference model of the receiver's delivery queue (arrival
+    order; FIFO delivery: a queue per sender): every FLOWACK to S is at most
+    what the application has taken of S's stream, never goes down, and once
+    the queue is empty and a resend interval has passed, the next take or
+    drained batch acknowledges everything received."""
+    s = Node(GROUP, S_ID, S_INC)
+    r = Node(GROUP, R_ID, R_INC, fifo=fifo)
+    o = Node(GROUP, 3, 9)
+    s.flow_configure(LIMIT, EVERY, 1000 * MS, MS)
+    r.flow_configure(LIMIT, EVERY, 1000 * MS, MS)
+    r.flow_set_members([(S_ID, S_INC, S_ADDR, True), (3, 9, 1003, True)], 0)
+    queue, taken_s, received_s, last = [], 0, 0, 0
+    now = 1
+
+    def acks():
+        nonlocal last
+        for dest, d in r.datagrams():
+            if dest != S_ADDR:
+                continue
+            f = wire.parse(bytes(d))[1][0][5]
+            assert f <= taken_s and f >= last, (f, taken_s, last)
+            last = f
+
+    for kind, k in ops + [("take", 1 << 16), ("wait", 0), ("batch", 0)]:
+        now += MS // 3
+        if kind in ("s", "o"):
+            src, addr = (s, S_ADDR) if kind == "s" else (o, 1003)
+            for _ in range(k):
+                src.publish(b"m" * 16, now=now)
+            _deliver(src, addr, r, now, take=False)
+            queue += [kind] * k
+            received_s += k if kind == "s" else 0
+        elif kind == "take":
+            b = r.recv_batch(k, bytearray(k * 64), now)
+            got = ["s" if x == S_ID else "o" for x in b[1][:b[0]].tolist()]
+            if not fifo:
+                assert got == queue[:b[0]]          # unordered: one queue, in arrival order
+            for g in got:
+                queue.remove(g)
+            taken_s += got.count("s")
+            r.flow_after_take(now)
+        elif kind == "batch":
+            r.flow_after_batch(True, now)
+        else:
+            now += 2 * MS
+        acks()
+    assert not queue and taken_s == received_s
+    assert last == received_s                       # nothing waits: all of it acknowledged
+
