@@ -67,14 +67,26 @@ def main():
                     help="stress arguments of one case (a quoted string; repeatable)")
     ap.add_argument("--b-extra", default="",
                     help="stress arguments for B only (an option A does not have, e.g. \"--flow-window 8192\")")
+    ap.add_argument("--a-extra", default="",
+                    help="stress arguments for A only (e.g. \"--send-window 0 --flow-window 0\" with --a . --b .: "
+                         "one build, no windows against its defaults)")
+    ap.add_argument("--c-extra", default=None,
+                    help="a third side C: checkout B with these stress arguments (e.g. another window)")
+    ap.add_argument("--swap", action="store_true",
+                    help="B then A in every other repetition (a load that rises or falls during the run "
+                         "does not favour one side)")
     ap.add_argument("stress", nargs=argparse.REMAINDER, help="-- then rpbcast stress arguments")
     o = ap.parse_args()
     cases = o.case if o.case is not None else [" ".join(a for a in o.stress if a != "--")]
-    res = {c: {"A": [], "B": []} for c in cases}
+    sides = [("A", o.a, o.a_extra), ("B", o.b, o.b_extra)]
+    if o.c_extra is not None:
+        sides.append(("C", o.b, o.c_extra))
+    res = {c: {side: [] for side, _t, _x in sides} for c in cases}
     for k in range(o.reps):
         for c in cases:
-            for side, tree in (("A", o.a), ("B", o.b)):
-                r = run(tree, c.split() + (o.b_extra.split() if side == "B" else []))
+            order = sides[::-1] if o.swap and k % 2 else sides
+            for side, tree, extra in order:
+                r = run(tree, c.split() + extra.split())
                 r["load"] = round(os.getloadavg()[0], 1)
                 res[c][side].append(r)
                 print(f"rep {k} [{c}] {side}: {r}", flush=True)
@@ -85,9 +97,9 @@ def main():
     print("\n| stress ARGS | build | sent msgs/s | delivered msgs/s | p50 | p99 | exactly once |")
     print("|---|---|---:|---:|---:|---:|---|")
     for c, med in rows:
-        for side in ("A", "B"):
+        for side in med:
             m = med[side]
-            ratio = (f" ({m['rate'] / med['A']['rate']:.2f}x)" if side == "B" and m["rate"] and med["A"]["rate"]
+            ratio = (f" ({m['rate'] / med['A']['rate']:.2f}x)" if side != "A" and m["rate"] and med["A"]["rate"]
                      else "")
             print(f"| `{c or '(defaults)'}` | {side} | {m['rate'] or 0:,.0f}{ratio} | {m['recv_rate'] or 0:,.0f} | "
                   f"{m['p50_ms'] or 0:.2f} ms | {m['p99_ms'] or 0:.2f} ms | {m['exactly_once']} |")
@@ -95,15 +107,17 @@ def main():
 
 def summarize(res):
     med = {}
-    for side in ("A", "B"):
+    for side in res:
         ok = [r for r in res[side] if "rate" in r]
         med[side] = {key: statistics.median(r[key] for r in ok if key in r) if any(key in r for r in ok) else None
                      for key in ("rate", "recv_rate", "p50_ms", "p99_ms")}
         med[side]["exactly_once"] = f"{sum(r['exactly_once'] for r in res[side])}/{len(res[side])}"
         print(f"median {side}: {med[side]}")
-    if med["A"]["rate"] and med["B"]["rate"]:
-        print(f"B/A: rate {med['B']['rate'] / med['A']['rate']:.2f}, "
-              f"p50 {med['B']['p50_ms'] / med['A']['p50_ms']:.3f}, p99 {med['B']['p99_ms'] / med['A']['p99_ms']:.3f}")
+    for side in [x for x in med if x != "A"]:
+        if med["A"]["rate"] and med[side]["rate"]:
+            print(f"{side}/A: rate {med[side]['rate'] / med['A']['rate']:.2f}, "
+                  f"p50 {med[side]['p50_ms'] / med['A']['p50_ms']:.3f}, "
+                  f"p99 {med[side]['p99_ms'] / med['A']['p99_ms']:.3f}")
     return med
 
 

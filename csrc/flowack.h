@@ -1,11 +1,15 @@
 /* Flow acknowledgment: the send window's fast feedback, entirely in the
  * data plane (no Python, no timer).
  *
- * Receiver side: after each receive batch, for every sender in the member
- * table whose stream moved, a FLOWACK (wire.h) goes to that sender's
- * registered address -- "of your stream every seq < f is here" -- once
- * `every` new messages arrived, or at once when the batch drained the
- * socket (the receiver caught up: the sender should know now).
+ * Receiver side: after each receive batch and after each take by the
+ * application, for every sender in the member table whose stream moved, a
+ * FLOWACK (wire.h) goes to that sender's registered address -- "of your
+ * stream every seq < f is here" -- once `every` new messages were taken, or
+ * at once when nothing waits any more (the batch drained the socket, the
+ * application emptied its queue: the sender should know now).  f is what
+ * the application has taken: the received frontier less the delivery queue
+ * (the whole path from publish to the application is what the window
+ * bounds, not only the network's part).
  *
  * Sender side: a FLOWACK counts only from a member of the table, from the
  * address and incarnation registered for it, about our own current stream,
@@ -72,9 +76,19 @@ void rp_flowack_rx(rp_node_t *n, const rp_msgview_t *m, const rp_dghdr_t *h, uin
 void rp_flowack_update(rp_flowack_t *f, const rp_node_t *n, int64_t now);
 
 /* Receiver side, after a receive batch: queue the FLOWACKs that are due
- * (drained: the batch emptied the socket).  Returns 1 if acknowledgments
- * for our own stream moved since the last call (the window may reopen). */
+ * (drained: the batch emptied the socket).  Returns RP_FLOWACK_MOVED if
+ * acknowledgments for our own stream moved since the last call (the window
+ * may reopen), | RP_FLOWACK_QUEUED if FLOWACKs were queued (send them now:
+ * the sender may be waiting for them). */
+#define RP_FLOWACK_MOVED  1
+#define RP_FLOWACK_QUEUED 2
 int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now);
+
+/* Receiver side, after the application took deliveries: queue the FLOWACKs
+ * now due (the frontier acknowledged is what the application has taken, so
+ * it moves here; the queue emptied counts as drained).  Returns how many
+ * were queued. */
+int rp_flowack_after_take(rp_node_t *n, int64_t now);
 
 /* Own messages in flight beyond the window's frontier, and the room left
  * (UINT64_MAX: no flow window). */

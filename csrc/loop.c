@@ -220,7 +220,8 @@ static void rx_into_node(rp_loop_t *l, rp_rxbatch_t *b, int64_t now, int64_t rea
         }
         rp_node_rx(l->node, b->mem + b->off[i], b->len[i], b->src[i], at);
     }
-    rp_sendwin_after_rx(&l->win, l->node, b->n < b->cap, now);
+    if (rp_sendwin_after_rx(&l->win, l->node, b->n < b->cap, now))
+        rp_loop_flush(l);               /* flow acknowledgments: a sender may be waiting */
 }
 
 /* The control plane (Python, under the GIL), timed: its calls hold mu, so
@@ -343,6 +344,15 @@ void rp_loop_set_window(rp_loop_t *l, uint64_t limit) {
 }
 
 int rp_loop_window_poke(rp_loop_t *l) { return rp_sendwin_poke(&l->win, l->node); }
+
+/* After the application took deliveries (mu held): the flow window's
+ * frontier is what the application has taken, so its acknowledgments are
+ * due here -- sent now, by this thread: a sender waiting on a full window
+ * is woken by them, not by the loop's next turn. */
+void rp_loop_after_take(rp_loop_t *l) {
+    if (l->node->flowack && rp_flowack_after_take(l->node, rp_now_ns()))
+        rp_loop_flush(l);
+}
 
 /* Streams and large messages (rp_node_publish_ext): the window is checked per
  * message, not per fragment -- a message larger than the window still goes

@@ -157,5 +157,8 @@ void rp_loop_set_window(rp_loop_t *l, uint64_t limit);
 /* After the control plane ran (mu held): wake a publisher waiting for the
  * window if acknowledgments reopened it. */
 int rp_loop_window_poke(rp_loop_t *l);
+/* After the application took deliveries (mu held): send the flow
+ * acknowledgments now due (flowack.h). */
+void rp_loop_after_take(rp_loop_t *l);
 
 #endif

@@ -46,7 +46,11 @@ int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
     return 1;
 }
 
-void rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now) {
-    if (n->flowack && rp_flowack_after_batch(n, drained, now))
+int rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now) {
+    if (!n->flowack)
+        return 0;
+    int r = rp_flowack_after_batch(n, drained, now);
+    if (r & RP_FLOWACK_MOVED)
         rp_sendwin_poke(w, n);
+    return (r & RP_FLOWACK_QUEUED) != 0;
 }

@@ -55,7 +55,10 @@ void rp_sendwin_closed(rp_sendwin_t *w);
 int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n);
 
 /* After a receive batch (the loop's one call): queue the flow
- * acknowledgments due (flowack.h) and, when ours moved, wake the waiters. */
-void rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now);
+ * acknowledgments due (flowack.h) and, when ours moved, wake the waiters.
+ * Returns 1 if acknowledgments were queued: the caller sends them at once
+ * (a sender waiting on a full window must not wait for the end of the
+ * loop's turn, up to 16 batches later). */
+int rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now);
 
 #endif

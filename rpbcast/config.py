@@ -174,9 +174,11 @@ class Config:
     send_window: int = 1 << 17
     # Flow window: own messages a sender may have in flight beyond the
     # least frontier its members acknowledged in the data plane (FLOWACK,
-    # csrc/flowack.h: a receiver's loop thread acks every flow_ack_every new
-    # messages, or when it has drained its socket -- no Python timer, so the
-    # feedback is ~0.1-1 ms, not the 2 ms report interval plus timer lag).
+    # csrc/flowack.h: what a receiver's application has taken -- received
+    # less its delivery queue -- acked by the take itself and by the loop's
+    # receive batch every flow_ack_every messages, or when nothing waits --
+    # no Python timer, so the feedback is ~0.1-1 ms, not the 2 ms report
+    # interval plus timer lag).
     # It bounds the receivers' queueing (the latency) where send_window
     # bounds what waits for release (loggers, "receivers" reports); a member
     # behind and silent for flow_ack_timeout stops holding the window (a

@@ -105,6 +105,48 @@ def test_a_stopped_receiver_holds_the_flow_window_until_it_acks_again():
             with pytest.raises(BlockingIOError):
                 tx.publish(b"x" * 64)
             rx.transport.start()
+            got, deadline = 0, time.monotonic() + 10     # its application takes what arrives
+            while got < W and time.monotonic() < deadline:
+                if rx.wait(0.05):
+                    got += rx.recv_batch().count
+            assert got == W
+            assert tx.wait_writable(10.0)
+            assert tx.publish(b"y" * 64) == W
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_the_flow_window_bounds_what_the_application_has_not_taken_and_a_take_reopens_it():
+    """The whole path from publish to the receiving application is in
+    flight: a receiver whose node has every message but whose application
+    has taken none holds the sender at the window (main acknowledged what
+    the loop received, so the window reopened while the messages queued up
+    in the receiver -- the latency the window is for).  The take itself
+    sends the acknowledgment (no loop turn, no timer): the sender's
+    wait_writable returns."""
+    from rpbcast import Node
+    W = 512
+    kw = dict(flow_control="loggers", flow_window=W, flow_ack_timeout=30.0)
+    with netns.namespace() as ns, netns.entered(ns):
+        tx, rx = Node(_cfg(1, PORT + 20, **kw)), Node(_cfg(2, PORT + 20, **kw))
+        try:
+            time.sleep(0.2)
+            lens, buf = np.full(128, 64, np.uint32), np.zeros(128 * 64, np.uint8)
+            took = sum(tx.publish_batch(buf, lens) for _ in range(8))
+            assert took == W
+            deadline = time.monotonic() + 10
+            while rx.transport.pending() < W and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert rx.transport.pending() == W               # all of it at the receiver's node
+            assert not tx.wait_writable(0.5)                 # ... still in flight: not taken
+            with pytest.raises(BlockingIOError):
+                tx.publish(b"x" * 64)
+            before = rx.engine.node.flow_stats()["acks_sent"]
+            assert rx.recv_batch(W).count == W
+            assert rx.engine.node.flow_stats()["acks_sent"] > before   # sent by the take itself
             assert tx.wait_writable(10.0)
             assert tx.publish(b"y" * 64) == W
         finally:

@@ -34,10 +34,22 @@ def _publish(s, k, now=0):
         s.publish(b"m" * 16, now=now)
 
 
-def _deliver(src_node, src_addr, dst_node, now):
-    """Everything src_node queued, into dst_node (as its loop would)."""
+def _deliver(src_node, src_addr, dst_node, now, take=True):
+    """Everything src_node queued, into dst_node (as its loop would); with
+    take, its application then takes every delivery (as udp.pyx's take
+    does, acknowledging what was taken)."""
     for _dest, d in src_node.datagrams():
         dst_node.rx(bytes(d), src_addr, now)
+    if take:
+        _take(dst_node, 1 << 20, now)
+
+
+def _take(node, k, now):
+    """The application takes up to k deliveries; the driver then queues the
+    flow acknowledgments due (Transport.take -> rp_loop_after_take)."""
+    got = node.recv_batch(k, bytearray(k * 64 if k < 1 << 16 else 1 << 22), now)[0]
+    node.flow_after_take(now)
+    return got
 
 
 def _ack(seq, source=R_ID, source_inc=R_INC, stream=(S_ID, S_INC), flags=0, body=b""):
@@ -49,8 +61,10 @@ def test_the_receivers_data_plane_acknowledgment_reopens_the_window():
     s, r = _pair()
     _publish(s, LIMIT)
     assert s.flow_stats()["room"] == 0              # the window is full: nothing acknowledged
-    _deliver(s, S_ADDR, r, 1)
-    r.flow_after_batch(True, 1)                     # the batch drained the socket: ack now
+    _deliver(s, S_ADDR, r, 1, take=False)
+    r.flow_after_batch(True, 1)                     # the batch drained the socket, but the
+    assert r.datagrams() == []                      # application has taken nothing yet
+    assert _take(r, LIMIT, 1) == LIMIT              # it takes them all: ack now
     acks = [(dest, bytes(d)) for dest, d in r.datagrams()]
     assert [dest for dest, _ in acks] == [S_ADDR]
     assert wire.parse(acks[0][1])[1][0][:6] == (T.FLOWACK, 0, S_ID, S_INC, 0, LIMIT)
@@ -181,3 +195,104 @@ def test_the_member_table_keeps_a_members_frontier_across_updates_and_resets_a_n
     assert s.flow_stats()["room"] == LIMIT                  # same member: kept
     s.flow_set_members([(R_ID, R_INC + 1, R_ADDR, True)], 3)
     assert s.flow_stats()["room"] == 0                      # a restarted member starts over
+
+
+def test_the_acknowledged_frontier_is_what_the_application_took_not_what_arrived():
+    """A receiver acknowledges what its application has taken: messages in
+    its delivery queue are still in flight for the sender's window, so the
+    window bounds the whole path from publish to the application (main
+    acknowledged what its loop had received, and the queueing moved into
+    the delivery queue, unbounded).  Each take sends what is due at once."""
+    s, r = _pair()
+    _publish(s, LIMIT)
+    _deliver(s, S_ADDR, r, 1, take=False)
+    for t in (1, 2 * MS, 5 * MS):                   # batches, drained, time passing: nothing taken
+        r.flow_after_batch(True, t)
+    assert r.datagrams() == [] and r.flow_stats()["acks_sent"] == 0
+    fronts = []
+    for i, k in enumerate((EVERY - 1, 1, 3 * EVERY, LIMIT)):
+        now = 6 * MS + i * MS // 10                  # within a resend interval of each other
+        _take(r, k, now)
+        fronts += [wire.parse(bytes(d))[1][0][5] for _dest, d in r.datagrams()]
+    # EVERY - 1 taken: not yet due; EVERY: ack; 4 * EVERY: ack; all of them: ack
+    assert fronts == [EVERY, 4 * EVERY, LIMIT]
+    for d in _acks_of(fronts):
+        s.rx(d, R_ADDR, 7 * MS)
+    assert s.flow_after_batch(False, 7 * MS) and s.flow_stats()["room"] == LIMIT
+
+
+def test_a_receiver_with_a_backlog_from_several_senders_holds_each_of_them_by_all_of_it():
+    """Unordered delivery has one queue for every sender: each sender's
+    acknowledged frontier is its received frontier less the whole queue
+    (the receiver's backlog is every sender's business), never below 0."""
+    s, r = _pair()
+    o = Node(GROUP, 3, 9)
+    r.flow_set_members([(S_ID, S_INC, S_ADDR, True), (3, 9, 1003, True)], 0)
+    _publish(s, LIMIT)
+    for _ in range(EVERY):
+        o.publish(b"o" * 16, now=0)
+    _deliver(s, S_ADDR, r, 1, take=False)
+    _deliver(o, 1003, r, 1, take=False)
+    assert r.pending == LIMIT + EVERY
+    _take(r, 2 * EVERY, 2)                           # LIMIT - EVERY still queued: S's frontier EVERY, o's 0
+    got = {dest: wire.parse(bytes(d))[1][0][5] for dest, d in r.datagrams()}
+    assert got == {S_ADDR: EVERY}
+
+
+def _acks_of(fronts):
+    return [_ack(f) for f in fronts]
+
+
+@given(st.booleans(), st.lists(st.tuples(st.sampled_from(["s", "o", "take", "batch"]), st.integers(1, 40)),
+                               max_size=40))
+@settings(max_examples=120, deadline=None)
+def test_acknowledgments_against_a_model_of_the_delivery_queue(fifo, ops):
+    """Against a reference model of the receiver's delivery queue (arrival
+    order; FIFO delivery: a queue per sender): every FLOWACK to S is at most
+    what the application has taken of S's stream, never goes down, and once
+    the queue is empty and a resend interval has passed, the next take or
+    drained batch acknowledges everything received."""
+    s = Node(GROUP, S_ID, S_INC)
+    r = Node(GROUP, R_ID, R_INC, fifo=fifo)
+    o = Node(GROUP, 3, 9)
+    s.flow_configure(LIMIT, EVERY, 1000 * MS, MS)
+    r.flow_configure(LIMIT, EVERY, 1000 * MS, MS)
+    r.flow_set_members([(S_ID, S_INC, S_ADDR, True), (3, 9, 1003, True)], 0)
+    queue, taken_s, received_s, last = [], 0, 0, 0
+    now = 1
+
+    def acks():
+        nonlocal last
+        for dest, d in r.datagrams():
+            if dest != S_ADDR:
+                continue
+            f = wire.parse(bytes(d))[1][0][5]
+            assert f <= taken_s and f >= last, (f, taken_s, last)
+            last = f
+
+    for kind, k in ops + [("take", 1 << 16), ("wait", 0), ("batch", 0)]:
+        now += MS // 3
+        if kind in ("s", "o"):
+            src, addr = (s, S_ADDR) if kind == "s" else (o, 1003)
+            for _ in range(k):
+                src.publish(b"m" * 16, now=now)
+            _deliver(src, addr, r, now, take=False)
+            queue += [kind] * k
+            received_s += k if kind == "s" else 0
+        elif kind == "take":
+            b = r.recv_batch(k, bytearray(k * 64), now)
+            got = ["s" if x == S_ID else "o" for x in b[1][:b[0]].tolist()]
+            if not fifo:
+                assert got == queue[:b[0]]          # unordered: one queue, in arrival order
+            for g in got:
+                queue.remove(g)
+            taken_s += got.count("s")
+            r.flow_after_take(now)
+        elif kind == "batch":
+            r.flow_after_batch(True, now)
+        else:
+            now += 2 * MS
+        acks()
+    assert not queue and taken_s == received_s
+    assert last == received_s                       # nothing waits: all of it acknowledged
+

@@ -770,6 +770,10 @@ cdef extern from "flowack.h" nogil:
                                const uint64_t *addrs, const uint8_t *counts, uint32_t n, int64_t now)
     void rp_flowack_update(rp_flowack_t *f, const rp_node_t *n, int64_t now)
     int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now)
+    int rp_flowack_after_take(rp_node_t *n, int64_t now)
+    enum:
+        RP_FLOWACK_MOVED
+        RP_FLOWACK_QUEUED
     uint64_t rp_flowack_room(const rp_flowack_t *f, const rp_node_t *n)
 
 cdef extern from "auth.h" nogil:

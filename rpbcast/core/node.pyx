@@ -181,7 +181,12 @@ cdef class Node:
     def flow_after_batch(self, bint drained, int64_t now):
         """What the I/O loop does after each receive batch (drivers without
         the C loop, and tests): queue the due acknowledgments; True if ours moved."""
-        return bool(rp_flowack_after_batch(&self.n, drained, now))
+        return bool(rp_flowack_after_batch(&self.n, drained, now) & RP_FLOWACK_MOVED)
+
+    def flow_after_take(self, int64_t now):
+        """What the driver does after the application took deliveries:
+        queue the acknowledgments now due; how many were queued."""
+        return rp_flowack_after_take(&self.n, now)
 
     def flow_stats(self):
         """The flow window: limit, frontier, room, counters, and per member

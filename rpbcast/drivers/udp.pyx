@@ -114,6 +114,7 @@ cdef extern from "loop.h" nogil:
     void rp_loop_set_window(rp_loop_t *l, uint64_t limit)
     int rp_loop_window_poke(rp_loop_t *l)
     void rp_loop_control_time(const rp_loop_t *l, uint64_t *total_ns, uint64_t *max_ns)
+    void rp_loop_after_take(rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -605,6 +606,8 @@ cdef class Transport:
         with nogil:
             rp_loop_lock(&self.loop)
             k = d.take(&self.node.n, buf, rp_now_ns())
+            if k:
+                rp_loop_after_take(&self.loop)     # the flow window acknowledges what was taken
             rp_loop_unlock(&self.loop)
         d.copy_streams(streams, k)
         return d.result(k)
@@ -626,6 +629,8 @@ cdef class Transport:
             k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
                                 &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
                                 buf.shape[0], rp_now_ns())
+            if k:
+                rp_loop_after_take(&self.loop)     # the flow window acknowledges what was taken
             rp_loop_unlock(&self.loop)
         if not k:
             return _NO_DELIVERIES
@@ -647,6 +652,8 @@ cdef class Transport:
             k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
                                 &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
                                 buf.shape[0], rp_now_ns())
+            if k:
+                rp_loop_after_take(&self.loop)     # the flow window acknowledges what was taken
             rp_loop_unlock(&self.loop)
         if not k:
             return _NO_DELIVERIES
