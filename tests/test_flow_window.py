@@ -152,3 +152,35 @@ def test_the_flow_window_bounds_what_the_application_has_not_taken_and_a_take_re
         finally:
             rx.close(report=False)
             tx.close(report=False)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_messages_taken_one_by_one_with_receive_reopen_the_flow_window():
+    """Node.receive takes a lone message by a path of its own (plain ints,
+    not arrays): it acknowledges what it took like recv_batch does, or a
+    subscriber reading with receive() would hold its sender at the window
+    for good."""
+    from rpbcast import Node
+    W = 256
+    kw = dict(flow_control="loggers", flow_window=W, flow_ack_timeout=30.0)
+    with netns.namespace() as ns, netns.entered(ns):
+        tx, rx = Node(_cfg(1, PORT + 24, **kw)), Node(_cfg(2, PORT + 24, **kw))
+        try:
+            time.sleep(0.2)
+            lens, buf = np.full(128, 64, np.uint32), np.zeros(128 * 64, np.uint8)
+            assert sum(tx.publish_batch(buf, lens) for _ in range(4)) == W
+            deadline = time.monotonic() + 10
+            while rx.transport.pending() < W and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert not tx.wait_writable(0.3)
+            got = 0
+            while got < W:
+                m = rx.receive(timeout=5)
+                assert m is not None
+                got += 1
+            assert tx.wait_writable(10.0)
+            assert tx.publish(b"y" * 64) == W
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)
