@@ -278,6 +278,21 @@ cdef class Node:
     def encrypting(self):
         return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
 
+    @property
+    def auth_fast(self):
+        """Whether sealing and verifying skip OpenSSL's EVP layer (csrc/gcmfast.h:
+        the same AES-GCM/GMAC on AES-NI/VAES/VPCLMULQDQ, checked against
+        OpenSSL at every key installation); False unkeyed or where unavailable."""
+        return self.n.auth != NULL and rp_auth_fast(self.n.auth) != 0
+
+    def set_auth_fast(self, bint on):
+        """Use the direct path (on, the default where available) or force
+        OpenSSL's EVP (off: tests and benchmarks compare the two).  Returns
+        whether the direct path is now used; needs set_auth first."""
+        if self.n.auth == NULL:
+            raise ValueError("set_auth first")
+        return rp_auth_set_fast(self.n.auth, on) != 0
+
     def auth_stats(self):
         """A keyed node's MAC and replay counters ({} unkeyed): datagrams
         sealed, the replay table's sources (and its bound), control
@@ -289,7 +304,8 @@ cdef class Node:
         return {"sealed": rp_auth_sealed(self.n.auth), "replay_sources": r.n,
                 "replay_sources_max": r.cap, "replay_fresh": r.accepted,
                 "replay_refused": r.refused, "replay_evicted": r.evicted,
-                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth)}
+                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth),
+                "fast": rp_auth_fast(self.n.auth) != 0}
 
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
