@@ -53,7 +53,8 @@ def published(e, payloads, now=1000):
 def test_the_direct_path_is_used_exactly_where_the_cpu_has_it(tmp_path):
     e = engine(tmp_path, 1)
     assert e.node.auth_fast == DIRECT
-    assert e.node.auth_stats()["fast"] == DIRECT
+    assert e.node.auth_stats()["mac_direct"] == DIRECT
+    assert e.counters()["mac_direct"] == DIRECT          # in Node.stats() too
     assert e.node.set_auth_fast(False) is False and e.node.auth_fast is False
     assert e.node.set_auth_fast(True) == DIRECT
 

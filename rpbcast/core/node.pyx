@@ -297,7 +297,8 @@ cdef class Node:
         """A keyed node's MAC and replay counters ({} unkeyed): datagrams
         sealed, the replay table's sources (and its bound), control
         datagrams accepted and refused as replays, sources evicted at the
-        bound, and datagrams dropped because the plaintext buffers were full."""
+        bound, datagrams dropped because the plaintext buffers were full,
+        and whether the MAC runs on the direct path (1) or OpenSSL's EVP (0)."""
         if self.n.auth == NULL:
             return {}
         cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
@@ -305,7 +306,7 @@ cdef class Node:
                 "replay_sources_max": r.cap, "replay_fresh": r.accepted,
                 "replay_refused": r.refused, "replay_evicted": r.evicted,
                 "decrypt_buffers_full": rp_auth_arena_full(self.n.auth),
-                "fast": rp_auth_fast(self.n.auth) != 0}
+                "mac_direct": rp_auth_fast(self.n.auth)}
 
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
