@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gcmfast.h"
 #include "wire.h"
 
 /* Plaintexts of decrypted datagrams: fixed chunks (never moved, control
@@ -21,6 +22,10 @@ struct rp_auth {
     EVP_CIPHER_CTX *seal;
     EVP_CIPHER_CTX *open[RP_AUTH_MAX_KEYS];
     EVP_CIPHER_CTX *dec[RP_AUTH_MAX_KEYS];
+    /* the same keys for gcmfast.h (NULL: that CPU or build cannot; EVP
+     * then does everything), and whether it is used */
+    rp_gcmfast_key_t *fk[RP_AUTH_MAX_KEYS];
+    int fast;
     uint64_t counter;
     uint64_t sealed;
     rp_replay_t replay;
@@ -53,6 +58,60 @@ static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, int enc) {
     return c;
 }
 
+static int gmac(EVP_CIPHER_CTX *c, const uint8_t *aad, size_t n, uint32_t source,
+                uint64_t counter, uint8_t tag[RP_AUTH_TAG_LEN]);
+
+static void drop_fast(rp_auth_t *a) {
+    for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
+        if (a->fk[k])
+            OPENSSL_cleanse(a->fk[k], sizeof(*a->fk[k]));
+        free(a->fk[k]);
+        a->fk[k] = NULL;
+    }
+    a->fast = 0;
+}
+
+/* Whether gcmfast.h computes what OpenSSL computes under this key: GMAC
+ * tags at lengths around every boundary it handles (blocks, 512-bit
+ * loads, the 128-block chunk) and one GCM encryption and decryption.  Run
+ * at every key installation; any difference and EVP does the work. */
+static int fast_agrees(EVP_CIPHER_CTX *enc, const rp_gcmfast_key_t *fk) {
+    static const size_t lens[] = {0, 1, 15, 16, 17, 63, 64, 65, 96, 1457, 1472, 2047, 2048, 2049, 4100};
+    uint8_t buf[4100], ct[4100], back[4100], t1[RP_AUTH_TAG_LEN], t2[RP_AUTH_TAG_LEN], iv[12];
+    for (size_t i = 0; i < sizeof(buf); i++)
+        buf[i] = (uint8_t)(i * 131 + 7);
+    for (size_t j = 0; j < sizeof(lens) / sizeof(lens[0]); j++) {
+        size_t n = lens[j];
+        rp_st32(iv, (uint32_t)j);
+        rp_st64(iv + 4, 0x0123456789abcdefULL + j);
+        if (gmac(enc, buf, n, (uint32_t)j, 0x0123456789abcdefULL + j, t1))
+            return 0;
+        rp_gcmfast_gmac(fk, iv, buf, n, t2);
+        if (memcmp(t1, t2, RP_AUTH_TAG_LEN))
+            return 0;
+    }
+    size_t na = 24, nb = 1433;
+    int ol;
+    if (EVP_EncryptInit_ex(enc, NULL, NULL, NULL, iv) != 1 ||
+        EVP_EncryptUpdate(enc, NULL, &ol, buf, (int)na) != 1 ||
+        EVP_EncryptUpdate(enc, ct, &ol, buf + na, (int)nb) != 1 ||
+        EVP_EncryptFinal_ex(enc, ct + nb, &ol) != 1 ||
+        EVP_CIPHER_CTX_ctrl(enc, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, t1) != 1)
+        return 0;
+    rp_gcmfast_encrypt(fk, iv, buf, na, buf + na, back, nb, t2);
+    if (memcmp(t1, t2, RP_AUTH_TAG_LEN) || memcmp(ct, back, nb))
+        return 0;
+    rp_gcmfast_decrypt(fk, iv, buf, na, ct, back, nb, t2);
+    return !memcmp(t1, t2, RP_AUTH_TAG_LEN) && !memcmp(back, buf + na, nb);
+}
+
+int rp_auth_fast(const rp_auth_t *a) { return a->fast; }
+
+int rp_auth_set_fast(rp_auth_t *a, int on) {
+    a->fast = on && a->fk[0] && (a->nkeys < 2 || a->fk[1]);
+    return a->fast;
+}
+
 rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint64_t counter0) {
     if (nkeys < 1 || nkeys > RP_AUTH_MAX_KEYS)
         return NULL;
@@ -82,6 +141,20 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
     }
     if (!a->seal)
         goto fail;
+    if (rp_gcmfast_available()) {
+        int ok = 1;
+        for (int k = 0; k < nkeys && ok; k++) {
+            void *m = NULL;
+            if (posix_memalign(&m, 64, sizeof(rp_gcmfast_key_t)))
+                break;
+            a->fk[k] = (rp_gcmfast_key_t *)m;
+            rp_gcmfast_init(a->fk[k], keys + (size_t)k * RP_AUTH_KEY_LEN);
+            ok = fast_agrees(a->open[k], a->fk[k]);
+        }
+        a->fast = ok && a->fk[nkeys - 1] != NULL;
+        if (!a->fast)
+            drop_fast(a);
+    }
     return a;
 fail:
     rp_auth_free(a);
@@ -91,6 +164,7 @@ fail:
 void rp_auth_free(rp_auth_t *a) {
     if (!a)
         return;
+    drop_fast(a);
     EVP_CIPHER_CTX_free(a->seal);
     for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
         EVP_CIPHER_CTX_free(a->open[k]);
@@ -266,7 +340,15 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
             return -1;
         a->signatures++;
     }
-    if (a->encrypt) {
+    if (a->fast) {
+        uint8_t iv[12];
+        iv_of(iv, rp_ld32(buf + 8), ctr);
+        if (a->encrypt)
+            rp_gcmfast_encrypt(a->fk[0], iv, buf, RP_DG_HDR, buf + RP_DG_HDR, buf + RP_DG_HDR,
+                               len - RP_AUTH_TRAILER - RP_DG_HDR, t + 9);
+        else
+            rp_gcmfast_gmac(a->fk[0], iv, buf, len - RP_AUTH_TRAILER, t + 9);
+    } else if (a->encrypt) {
         if (gcm_seal(a->seal, buf, len, ctr, t + 9))
             return -1;
     } else if (gmac(a->seal, buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), ctr, t + 9)) {
@@ -308,6 +390,20 @@ static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *buf, size_t len, uint8_t *
     return 0;
 }
 
+/* gcm_open by gcmfast.h. */
+static int fast_open(const rp_gcmfast_key_t *fk, const uint8_t *buf, size_t len, uint8_t *out) {
+    uint8_t iv[12], tag[RP_AUTH_TAG_LEN];
+    const uint8_t *t = buf + len - RP_AUTH_TRAILER;
+    size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
+    iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
+    rp_gcmfast_decrypt(fk, iv, buf, RP_DG_HDR, buf + RP_DG_HDR, out + RP_DG_HDR, nb, tag);
+    if (CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) != 0)
+        return -1;
+    memcpy(out, buf, RP_DG_HDR);
+    memcpy(out + len - RP_AUTH_TRAILER, t, RP_AUTH_TRAILER);
+    return 0;
+}
+
 int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
                  const uint8_t **plain) {
     uint16_t ml = len >= RP_DG_HDR ? rp_ld16(buf + 18) : 0;
@@ -320,8 +416,14 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
             continue;
         if (!(buf[3] & RP_DGF_ENC)) {
             uint8_t tag[RP_AUTH_TAG_LEN];
-            if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1), tag))
+            if (a->fast) {
+                uint8_t iv[12];
+                iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
+                rp_gcmfast_gmac(a->fk[k], iv, buf, len - RP_AUTH_TRAILER, tag);
+            } else if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1),
+                            tag)) {
                 return -1;
+            }
             if (CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) != 0)
                 return -1;
             *plain = buf;
@@ -336,7 +438,7 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
             a->arena_full++;
             return -2;
         }
-        if (gcm_open(a->dec[k], buf, len, out))
+        if (a->fast ? fast_open(a->fk[k], buf, len, out) : gcm_open(a->dec[k], buf, len, out))
             return -1;
         a->arena_off += len;
         *plain = out;

@@ -32,7 +32,14 @@
  * first and accepts either.  Verification runs before the datagram is
  * parsed any further; a bad or missing tag is the AUTH reason.
  * Why GMAC: the fastest well-reviewed MAC in OpenSSL on this hardware
- * (AES-NI + carry-less multiply), bench/bench_auth.c.  Checked under
+ * (AES-NI + carry-less multiply), bench/bench_auth.c.
+ *
+ * Cost (docs/performance.md, "MAC"): every key and direction keeps its
+ * OpenSSL context, so the key schedule is computed once; on a CPU with
+ * VAES, VPCLMULQDQ and AVX-512 the per-datagram work skips EVP altogether
+ * (gcmfast.h: the same AES-GCM/GMAC, checked against OpenSSL whenever a
+ * key is installed), since EVP's per-call overhead and its 128-bit GHASH
+ * were a fifth of the line rate at 64 B messages.  Checked under
  * ASan/UBSan: sealed datagrams verify; any flipped byte, a truncation or
  * the other key fails.
  */
@@ -106,6 +113,12 @@ int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub);
 uint64_t rp_auth_signatures(const rp_auth_t *a);
 
 uint64_t rp_auth_sealed(const rp_auth_t *a);
+/* Whether seal and open use gcmfast.h (1) or OpenSSL's EVP (0).  set_fast
+ * asks for it (on) or forces EVP (off, for tests and benchmarks); it can
+ * only turn on what rp_auth_new found agreeing with OpenSSL.  Returns the
+ * new state. */
+int rp_auth_fast(const rp_auth_t *a);
+int rp_auth_set_fast(rp_auth_t *a, int on);
 const rp_replay_t *rp_auth_replay(const rp_auth_t *a);
 uint64_t rp_auth_arena_full(const rp_auth_t *a);
 

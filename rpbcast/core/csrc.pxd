@@ -784,6 +784,8 @@ cdef extern from "auth.h" nogil:
     void rp_auth_set_encrypt(rp_auth_t *a, int on)
     int rp_auth_encrypting(const rp_auth_t *a)
     uint64_t rp_auth_sealed(const rp_auth_t *a)
+    int rp_auth_fast(const rp_auth_t *a)
+    int rp_auth_set_fast(rp_auth_t *a, int on)
     const rp_replay_t *rp_auth_replay(const rp_auth_t *a)
     uint64_t rp_auth_arena_full(const rp_auth_t *a)
     int RP_AUTH_SIGNED_TRAILER

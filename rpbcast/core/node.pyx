@@ -283,18 +283,35 @@ cdef class Node:
     def encrypting(self):
         return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
 
+    @property
+    def auth_fast(self):
+        """Whether sealing and verifying skip OpenSSL's EVP layer (csrc/gcmfast.h:
+        the same AES-GCM/GMAC on AES-NI/VAES/VPCLMULQDQ, checked against
+        OpenSSL at every key installation); False unkeyed or where unavailable."""
+        return self.n.auth != NULL and rp_auth_fast(self.n.auth) != 0
+
+    def set_auth_fast(self, bint on):
+        """Use the direct path (on, the default where available) or force
+        OpenSSL's EVP (off: tests and benchmarks compare the two).  Returns
+        whether the direct path is now used; needs set_auth first."""
+        if self.n.auth == NULL:
+            raise ValueError("set_auth first")
+        return rp_auth_set_fast(self.n.auth, on) != 0
+
     def auth_stats(self):
         """A keyed node's MAC and replay counters ({} unkeyed): datagrams
         sealed, the replay table's sources (and its bound), control
         datagrams accepted and refused as replays, sources evicted at the
-        bound, and datagrams dropped because the plaintext buffers were full."""
+        bound, datagrams dropped because the plaintext buffers were full,
+        and whether the MAC runs on the direct path (1) or OpenSSL's EVP (0)."""
         if self.n.auth == NULL:
             return {}
         cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
         return {"sealed": rp_auth_sealed(self.n.auth), "replay_sources": r.n,
                 "replay_sources_max": r.cap, "replay_fresh": r.accepted,
                 "replay_refused": r.refused, "replay_evicted": r.evicted,
-                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth)}
+                "decrypt_buffers_full": rp_auth_arena_full(self.n.auth),
+                "mac_direct": rp_auth_fast(self.n.auth)}
 
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
