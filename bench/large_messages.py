@@ -58,8 +58,11 @@ def run_recv(ports, size, count):
     t1 = None
     end = time.time() + 120
     bad = 0
+    gap = 0.0                  # the longest wait of this thread for recv_batch (the lock, the GIL, the CPU)
     while got < count and time.time() < end:
+        t_call = time.monotonic()
         b = node.recv_batch(4096, buf)
+        gap = max(gap, time.monotonic() - t_call)
         if not b.count:
             node.transport.wait(0.01)
             continue
@@ -83,7 +86,7 @@ def run_recv(ports, size, count):
                       "repairs": st["repairs_peer"] + st["repairs_logger"], "gap_ids": st.get("gap_ids"),
                       "gaps": st.get("gaps"), "dropped_full": st.get("rx_dropped_full"),
                       "store_max_bytes": st.get("store_bytes"),
-                      "sock_drops": sock_drops, "reasked_heads": st.get("reasked_heads", 0),
+                      "sock_drops": sock_drops, "longest_recv_call_s": round(gap, 3), "reasked_heads": st.get("reasked_heads", 0),
                       "dropped_partials": sum(v for k, v in st["reassembly"].items()
                                               if k.startswith("dropped_"))}), flush=True)
 
