@@ -177,8 +177,14 @@ def one(size, mbytes, loss, hosts=False, tree=None, flow_window=0):
         s = subprocess.Popen(netns.exec_argv(where[1], me + ["--role", "send", *args]), stdout=subprocess.PIPE,
                              text=True, env=env)
         t0 = s.stdout.readline()
-        out, _ = r.communicate(t0, timeout=200)
-        s.communicate(timeout=60)
+        try:
+            out, _ = r.communicate(t0, timeout=200)
+            s.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            for p in (r, s):            # ours: stop them, report the run as not done
+                p.kill()
+                p.wait()
+            return {"ok": False, "mbps": None, "timed_out": True}
         res = json.loads(out.strip().splitlines()[-1])
         res["rule_drops"] = net.loss_counters()[0] if hosts else netns.loss_counters(where[1])[0]
         return res
