@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -245,34 +244,14 @@ static int rx_socket(rp_loop_t *l, int k, int64_t real_minus_mono) {
         }
         if ((uint32_t)r < l->rx.cap)
             break;
-        if (__atomic_load_n(&l->app_lock_wanted, __ATOMIC_ACQUIRE))
-            break;      /* the application waits for the mutex: yield_to_app, then more */
     }
     return got;
-}
-
-/* Let an application thread waiting for the mutex have it before the loop
- * takes it again.  A mutex is not fair: under a torrent the loop read 16
- * full batches (up to 1024 GRO datagrams) per hold, unlocked and relocked
- * at once, and recv_batch waited seconds for it (gdb: the application in
- * rp_loop_lock, the loop in rx_socket; bench/large_messages.py
- * longest_recv_call_s up to 4 s).  rx_socket stops after the batch in
- * hand when the application waits; this hands the mutex over.  Bounded: a
- * descheduled application thread costs the loop at most LOCK_HANDOFF_NS. */
-#define LOCK_HANDOFF_NS 2000000LL
-static void yield_to_app(rp_loop_t *l) {
-    if (!__atomic_load_n(&l->app_lock_wanted, __ATOMIC_ACQUIRE))
-        return;
-    int64_t end = rp_now_ns() + LOCK_HANDOFF_NS;
-    while (__atomic_load_n(&l->app_lock_wanted, __ATOMIC_ACQUIRE) && rp_now_ns() < end)
-        sched_yield();
 }
 
 int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
     int ready[3] = {0, 0, 0};
     wait_input(l, max_wait_ns, ready);
     l->n_iter++;
-    yield_to_app(l);
     pthread_mutex_lock(&l->mu);
     l->sleep_until = 0;
     rp_node_t *n = l->node;
@@ -408,11 +387,7 @@ int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
     return rc;
 }
 
-void rp_loop_lock(rp_loop_t *l) {
-    __atomic_add_fetch(&l->app_lock_wanted, 1, __ATOMIC_ACQ_REL);
-    pthread_mutex_lock(&l->mu);
-    __atomic_sub_fetch(&l->app_lock_wanted, 1, __ATOMIC_ACQ_REL);
-}
+void rp_loop_lock(rp_loop_t *l) { pthread_mutex_lock(&l->mu); }
 void rp_loop_unlock(rp_loop_t *l) { pthread_mutex_unlock(&l->mu); }
 
 /* The application thread's receive (mu held): what the sockets hold now into

@@ -70,7 +70,6 @@ typedef struct {
     int app_rx;              /* the application may receive (Config.app_receive) */
     volatile int closing;    /* rp_loop_close_waiters: waiters return */
     volatile int app_waiting;  /* application threads in rp_loop_app_wait */
-    volatile int app_lock_wanted;  /* application threads waiting in rp_loop_lock */
     int ctl_pending;         /* control bodies of an application batch wait for
                               * the loop (they point into arx: not reused till then) */
     int64_t blind_max_ns;
