@@ -11,6 +11,15 @@ fragments) or, with --hosts, on two hosts of a veth LAN (per-packet loss); no lo
 its first delivery to its last and checks every message arrived exactly
 once and whole; a rep that did not is reported, not counted.  Goal (issue
 18): 1 MB at >= 80 % of the MB/s of 1 KB.
+
+Per run it also prints where the loss went and what held the receiver:
+`rule_drops` (the loss rule's), `sock_drops` (the receiver's own sockets',
+a full receive buffer), `gap_ids`/`repairs`, `reasked_heads` (lost repairs
+of the lowest missing ids asked again, rpbcast/protocol/pulls.py) and
+`longest_recv_call_s` (the longest single recv_batch call: the application
+thread waiting for the loop's mutex).  `--trees A,B` alternates checkouts
+(each run's PYTHONPATH) within every rep, `--flow-windows 0,8192`
+Config.flow_window values.
 """
 import argparse
 import contextlib
