@@ -49,11 +49,12 @@ def gsgc_brief(st):
 
 
 def worker_spec_group(args, plan):
-    """The group address the run's nodes were given."""
+    """The group address the run's nodes were given (plan.worker_spec)."""
     from rpbcast.config import Config
-    from rpbcast.tools.stress.plan import worker_spec
-    return worker_spec(args, plan, plan.senders[0] if plan.senders else 1, "sender")["config"].get(
-        "group_addr", Config.group_addr)
+    if plan.ipv6:
+        from rpbcast.tools.stress.plan import GROUP_PORT
+        return plan.hostnet().group(GROUP_PORT)
+    return Config.group_addr
 
 
 def summarize(args, plan, sup, finals, dropped, t_start):
