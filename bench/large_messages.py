@@ -11,6 +11,15 @@ fragments) or, with --hosts, on two hosts of a veth LAN (per-packet loss); no lo
 its first delivery to its last and checks every message arrived exactly
 once and whole; a rep that did not is reported, not counted.  Goal (issue
 18): 1 MB at >= 80 % of the MB/s of 1 KB.
+
+Per run it also prints where the loss went and what held the receiver:
+`rule_drops` (the loss rule's), `sock_drops` (the receiver's own sockets',
+a full receive buffer), `gap_ids`/`repairs`, `reasked_heads` (lost repairs
+of the lowest missing ids asked again, rpbcast/protocol/pulls.py) and
+`longest_recv_call_s` (the longest single recv_batch call: the application
+thread waiting for the loop's mutex).  `--trees A,B` alternates checkouts
+(each run's PYTHONPATH) within every rep, `--flow-windows 0,8192`
+Config.flow_window values.
 """
 import argparse
 import contextlib
@@ -44,7 +53,8 @@ def config(i, ports):
     return Config(node_id=i, bind=f"{ips[i]}:{ports[i - 1]}", members=specs, gossip_interval=0.02, **extra,
                   group_addr=f"{GROUP}:{ports[0] + 1000}", flow_control="receivers",
                   store_bytes=256 << 20, store_entries=1 << 20, max_message_size=16 << 20,
-                  gossip_buffer_bytes=128 << 20, rcvbuf=16 << 20, sndbuf=8 << 20)
+                  gossip_buffer_bytes=128 << 20, rcvbuf=16 << 20, sndbuf=8 << 20,
+                  flow_window=int(os.environ.get("LM_FLOW_WINDOW", "0")))
 
 
 def run_recv(ports, size, count):
@@ -57,8 +67,11 @@ def run_recv(ports, size, count):
     t1 = None
     end = time.time() + 120
     bad = 0
+    gap = 0.0                  # the longest wait of this thread for recv_batch (the lock, the GIL, the CPU)
     while got < count and time.time() < end:
+        t_call = time.monotonic()
         b = node.recv_batch(4096, buf)
+        gap = max(gap, time.monotonic() - t_call)
         if not b.count:
             node.transport.wait(0.01)
             continue
@@ -72,6 +85,7 @@ def run_recv(ports, size, count):
         got += b.count
         nbytes += int(b.lens[:b.count].sum())
     st = node.stats()
+    sock_drops = udp_drops()
     node.close(linger=0)
     ok = bool((seen == 1).all()) and not bad
     t0 = float(sys.stdin.readline() or 0)       # the sender's first publish (CLOCK_MONOTONIC, same host)
@@ -81,8 +95,35 @@ def run_recv(ports, size, count):
                       "repairs": st["repairs_peer"] + st["repairs_logger"], "gap_ids": st.get("gap_ids"),
                       "gaps": st.get("gaps"), "dropped_full": st.get("rx_dropped_full"),
                       "store_max_bytes": st.get("store_bytes"),
+                      "sock_drops": sock_drops, "longest_recv_call_s": round(gap, 3), "reasked_heads": st.get("reasked_heads", 0),
                       "dropped_partials": sum(v for k, v in st["reassembly"].items()
                                               if k.startswith("dropped_"))}), flush=True)
+
+
+def udp_drops():
+    """Datagrams the kernel dropped at this process's UDP sockets (a full
+    receive buffer: the receiving thread was not scheduled in time), as
+    against the loss rule's drops -- on a loaded machine the larger part."""
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            t = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if t.startswith("socket:["):
+            mine.add(t[8:-1])
+    n = 0
+    for path in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(path) as f:
+                next(f)
+                for line in f:
+                    p = line.split()
+                    if len(p) > 9 and p[9] in mine:
+                        n += int(p[-1])
+        except (OSError, ValueError, StopIteration):
+            pass
+    return n
 
 
 def run_send(ports, size, count):
@@ -120,10 +161,13 @@ def free_ports(n):
     return out
 
 
-def one(size, mbytes, loss, hosts=False):
+def one(size, mbytes, loss, hosts=False, tree=None, flow_window=0):
     count = max(1, (mbytes << 20) // size)
     with contextlib.ExitStack() as stack:
         env = dict(os.environ)
+        if tree:
+            env["PYTHONPATH"] = tree
+        env["LM_FLOW_WINDOW"] = str(flow_window)
         if hosts:
             net = stack.enter_context(netns.HostNet([1, 2]))
             if loss:
@@ -142,9 +186,17 @@ def one(size, mbytes, loss, hosts=False):
         s = subprocess.Popen(netns.exec_argv(where[1], me + ["--role", "send", *args]), stdout=subprocess.PIPE,
                              text=True, env=env)
         t0 = s.stdout.readline()
-        out, _ = r.communicate(t0, timeout=200)
-        s.communicate(timeout=60)
-        return json.loads(out.strip().splitlines()[-1])
+        try:
+            out, _ = r.communicate(t0, timeout=200)
+            s.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            for p in (r, s):            # ours: stop them, report the run as not done
+                p.kill()
+                p.wait()
+            return {"ok": False, "mbps": None, "timed_out": True}
+        res = json.loads(out.strip().splitlines()[-1])
+        res["rule_drops"] = net.loss_counters()[0] if hosts else netns.loss_counters(where[1])[0]
+        return res
 
 
 def main():
@@ -155,6 +207,10 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--hosts", action="store_true",
                     help="sender and receiver on two hosts of a veth LAN (per-packet loss) instead of loopback")
+    ap.add_argument("--trees", help="comma-separated checkouts to compare (each run's PYTHONPATH), "
+                                    "alternating within every rep; default: this one")
+    ap.add_argument("--flow-windows", default="0",
+                    help="comma-separated Config.flow_window values to compare (0: off), alternating like --trees")
     ap.add_argument("--role")
     ap.add_argument("--ports")
     ap.add_argument("--size", type=int)
@@ -165,24 +221,35 @@ def main():
         (run_recv if a.role == "recv" else run_send)(ports, a.size, a.count)
         return
     sizes = {"1 KB": 1024, "1 MB": 1 << 20}
+    trees = [(os.path.abspath(t) if t != "." else None, int(w)) for t in (a.trees or ".").split(",")
+             for w in a.flow_windows.split(",")]
     rows = []
     for loss in [float(x) for x in a.losses.split(",")]:
-        runs = {k: [] for k in sizes}
+        runs = {(t, k): [] for t in trees for k in sizes}
         for rep in range(a.reps):
-            for name, size in sizes.items():          # alternating, same run
-                res = one(size, a.mbytes, loss, a.hosts)
-                runs[name].append(res)
-                print(f"loss {loss:.0%} rep {rep} {name}: {res}", file=sys.stderr, flush=True)
-        med = {k: statistics.median([r["mbps"] for r in v if r["ok"] and r["mbps"]] or [0]) for k, v in runs.items()}
-        rows.append({"loss": loss, "mbps_1k": med["1 KB"], "mbps_1m": med["1 MB"],
-                     "ratio": med["1 MB"] / med["1 KB"] if med["1 KB"] else None,
-                     "ok": {k: sum(r["ok"] for r in v) for k, v in runs.items()}, "reps": a.reps,
-                     "runs": runs})
+            order = trees if rep % 2 == 0 else trees[::-1]    # which tree goes first alternates
+            for t in order:
+                for name, size in sizes.items():          # alternating, same run
+                    res = one(size, a.mbytes, loss, a.hosts, *t)
+                    runs[(t, name)].append(res)
+                    print(f"loss {loss:.0%} rep {rep} {t[0] or '.'} flow_window {t[1]} {name}: {res}",
+                          file=sys.stderr, flush=True)
+        for t in trees:
+            med = {k: statistics.median([r["mbps"] for r in runs[(t, k)] if r["ok"] and r["mbps"]] or [0])
+                   for k in sizes}
+            pairs = sorted(m["mbps"] / k["mbps"] for k, m in zip(runs[(t, "1 KB")], runs[(t, "1 MB")])
+                           if k["ok"] and m["ok"] and k["mbps"] and m["mbps"])
+            rows.append({"tree": t[0], "flow_window": t[1], "loss": loss, "mbps_1k": med["1 KB"], "mbps_1m": med["1 MB"],
+                         "ratio": med["1 MB"] / med["1 KB"] if med["1 KB"] else None,
+                         "paired_ratios": pairs,
+                         "ok": {k: sum(r["ok"] for r in runs[(t, k)]) for k in sizes}, "reps": a.reps,
+                         "runs": {k: runs[(t, k)] for k in sizes}})
     out = {"machine": machine(), "mbytes": a.mbytes, "rows": rows, "hosts": a.hosts,
            "command": "python " + " ".join(sys.argv)}
     for r in rows:
-        print(f"loss {r['loss']:.0%}: 1 KB {r['mbps_1k']:.0f} MB/s, 1 MB {r['mbps_1m']:.0f} MB/s, "
-              f"ratio {r['ratio']:.2f} (exact reps {r['ok']} of {r['reps']})")
+        print(f"{r['tree'] or '.'} flow_window {r['flow_window']} loss {r['loss']:.0%}: 1 KB {r['mbps_1k']:.0f} MB/s, 1 MB {r['mbps_1m']:.0f} MB/s, "
+              f"ratio {r['ratio'] or 0:.2f}, paired {' '.join(f'{x:.2f}' for x in r['paired_ratios'])} "
+              f"(exact reps {r['ok']} of {r['reps']})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -848,6 +848,21 @@ cdef class Node:
         self.peer_at(slot)
         return rp_node_inflight_prune(&self.n, slot)
 
+    def inflight_first(self, uint32_t slot):
+        """(first, last) of the lowest run of gossip-phase ids of slot
+        asked of peers and still missing (call inflight first: it drops
+        what arrived), or None."""
+        cdef rp_peer_t *p = self.peer_at(slot)
+        if not p.inflight.n:
+            return None
+        return (p.inflight.v[0].lo, p.inflight.v[0].hi)
+
+    def uninflight(self, uint32_t slot, uint64_t lo, uint64_t hi):
+        """Stop waiting for ids [lo, hi] of slot asked of peers (their
+        repair was lost): the next pull asks them again."""
+        cdef rp_peer_t *p = self.peer_at(slot)
+        rp_iset_remove(&p.inflight, lo, hi)
+
     def clear_inflight_of(self, uint32_t slot):
         """Stop waiting for the ids of slot asked of peers: ask again."""
         cdef rp_peer_t *p = self.peer_at(slot)

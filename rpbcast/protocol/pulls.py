@@ -14,6 +14,14 @@ stream arrived for a while: max(nack_retry, 2 x RTT) at first, doubling
 while nothing at all comes (up to the gossip interval) -- a lost pull or a
 lost repair costs about one repair, and a member far behind gets each id
 about once, at the pace its peers serve and it absorbs.
+
+One exception: the lowest run in flight.  Repairs are served in id order,
+so when later ids keep arriving and the lowest run does not for a whole
+wait, its repair was lost; it is asked again at once (window or not).
+Waiting for the whole stream to go quiet would hold it -- and with it the
+receiver's contiguous frontier, flow control, and every large message
+that lacks it -- until the sender stops or the gossip phase times out
+(2 x gc_limit rounds): seconds under a steady stream with steady loss.
 """
 from __future__ import annotations
 
@@ -44,6 +52,9 @@ class Pulls:
         # slot -> [ids in flight, time of the last arrival (or ask), wait before asking
         #          again, the first wait]
         self._wait = {}
+        # slot -> [lowest run in flight (first, last), since when it is the lowest]
+        self._head = {}
+        self._reask = {}                # slot -> ids of a lost lowest run, asked beyond the window
         self._immediate = cfg.immediate_nack
         self._min_gap_ns = _ns(cfg.nack_min_interval)
         self._retry_ns = _ns(cfg.nack_retry)
@@ -74,7 +85,8 @@ class Pulls:
         """Ids of a stream that may be asked of peers now: the window's room
         once half of it arrived, else none."""
         out = self.node.inflight(slot)
-        return GOSSIP_WINDOW - out if out <= GOSSIP_WINDOW // 2 else 0
+        room = GOSSIP_WINDOW - out if out <= GOSSIP_WINDOW // 2 else 0
+        return max(room, self._reask.pop(slot, 0))
 
     def pull(self, now, anyone=False):
         """Pull the ids of gaps just seen (and of windows with room);
@@ -109,6 +121,9 @@ class Pulls:
             else:
                 w[0] = self.node.inflight(slot)
                 w[1] = now
+            h = self._head.get(slot)
+            if h is not None:
+                h[2] = self._wait[slot][0]      # what is in flight now: fewer later is an arrival
         t = now + min(rto, REFILL_TICK_NS)
         if t < self.next_retry:
             self.next_retry = t
@@ -141,6 +156,32 @@ class Pulls:
             rto = max(rto, int(2 * rtt * NS))
         return min(rto, self._gossip_ns)
 
+    def _lost_head(self, slot, out, now):
+        """Was the repair of the stream's lowest run in flight lost?  Yes
+        when it has been the lowest for a whole wait while other ids in
+        flight arrived.  Then it leaves the in-flight set, to be asked
+        again by the next pull."""
+        node = self.node
+        head = node.inflight_first(slot)
+        h = self._head.get(slot)
+        if head is None:
+            self._head.pop(slot, None)
+            return False
+        if h is None or h[0][0] != head[0]:
+            # [the run, lowest since, ids in flight at the last look, arrivals since]
+            self._head[slot] = [head, now, out, False]
+            return False
+        if out < h[2]:
+            h[3] = True
+        h[0], h[2] = head, out
+        if now - h[1] < self._wait[slot][3] or not h[3]:
+            return False
+        node.uninflight(slot, head[0], head[1])
+        self._reask[slot] = head[1] - head[0] + 1
+        h[1], h[3] = now, False
+        self.e.stats["reasked_heads"] = self.e.stats.get("reasked_heads", 0) + 1
+        return True
+
     def check(self, now):
         """Look at what is in flight: a stream whose ids keep arriving gets
         its next ones asked once half its window is in; a stream from which
@@ -154,8 +195,11 @@ class Pulls:
             out = node.inflight(slot)
             if not out:
                 del self._wait[slot]
+                self._head.pop(slot, None)
                 again = again or node.peer_missing_count(slot, PHASE_GOSSIP) > 0
                 continue
+            if self._lost_head(slot, out, now):
+                again = True
             if out < w[0]:
                 w[0], w[1], w[2] = out, now, w[3]               # arriving: keep the pipe full
                 again = again or out <= GOSSIP_WINDOW // 2

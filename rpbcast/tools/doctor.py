@@ -54,6 +54,69 @@ def is_local(ip: int) -> bool:
         s.close()
 
 
+def is_local6(ip: bytes, scope: int = 0) -> bool:
+    """Is this IPv6 address one of this host's (in this network namespace)?"""
+    if ip == bytes(15) + b"\x01":
+        return True
+    try:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    except OSError:
+        return False
+    try:
+        s.bind((str(ipaddress.IPv6Address(ip)), 0, 0, scope))
+        return True
+    except OSError as e:
+        return e.errno != errno.EADDRNOTAVAIL
+    finally:
+        s.close()
+
+
+def _routes6():
+    """(ifname, dest, prefix length, next hop) of the IPv6 routes, every
+    table (the local table's own-address and multicast routes included)."""
+    path = "/proc/thread-self/net/ipv6_route"
+    if not os.path.exists(path):
+        path = "/proc/net/ipv6_route"
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 10:
+                    out.append((p[9], int(p[0], 16), int(p[1], 16), int(p[4], 16)))
+    except OSError:
+        pass
+    return out
+
+
+def route_to6(ip: bytes, scope: int = 0) -> Route:
+    """route_to for an IPv6 address (a link-local one: out of its scope's
+    interface)."""
+    if is_local6(ip, scope):
+        return Route("lo", 0, True)
+    if scope:
+        try:
+            return Route(socket.if_indextoname(scope), 0, False)
+        except OSError:
+            return Route(None, 0, False)
+    a = int.from_bytes(ip, "big")
+    best = None
+    for ifname, dest, plen, gw in _routes6():
+        if ifname == "lo" or dest >> 120 == 0xFF:
+            continue            # own addresses and multicast: not a way to a member
+        if (plen == 0 or a >> (128 - plen) == dest >> (128 - plen)) and (best is None or plen > best[2]):
+            best = (ifname, dest, plen, gw)
+    if best is None:
+        return Route(None, 0, False)
+    return Route(best[0], best[3], False)
+
+
+def route_of(text: str) -> Route:
+    """The route to a member's address, either family."""
+    ep = netaddr.parse_endpoint(text)
+    return route_to(ep.ip) if ep.family == 4 else route_to6(ep.ip, ep.scope)
+
+
 def _routes():
     path = "/proc/thread-self/net/route"
     if not os.path.exists(path):
@@ -98,18 +161,13 @@ def _sysctl(name: str) -> Optional[int]:
         return None
 
 
-def _ip(text: str) -> int:
-    return netaddr.parse_hostport(text)[0]
-
-
 def _others(cfg: Config):
-    """(member, its ip, its route) of every member other than this node."""
+    """(member, its endpoint, its route) of every member other than this node."""
     out = []
     for m in cfg.members:
         if m.node_id == cfg.node_id or isinstance(m.addr, int):
             continue
-        ip = _ip(m.addr)
-        out.append((m, ip, route_to(ip)))
+        out.append((m, netaddr.parse_endpoint(m.addr), route_of(m.addr)))
     return out
 
 
@@ -135,15 +193,26 @@ def _reach(cfg: Config) -> List[Finding]:
         out.append(Finding(OK, f"unicast fan-out to {len(others)} member(s) "
                                f"({len(others) - len(remote)} on this host, {len(remote)} elsewhere)"))
         return out
+    group = cfg.group_addr
+    g = netaddr.parse_endpoint(group, "group_addr")
     try:
-        ifname, _, if_ip = netaddr.resolve_interface(cfg.interface)
+        if g.family == 4:
+            ifname = netaddr.resolve_interface(cfg.interface)[0]
+        else:
+            ifname = netaddr.resolve_interface6(cfg.interface)[0]
     except netaddr.AddressError as e:
         return [Finding(ERROR, str(e))]
-    group = cfg.group_addr
     loop = _is_loopback(ifname)
-    if not netaddr.multicast_route(ifname, _ip(group)):
+    if g.family == 4 and not netaddr.multicast_route(ifname, g.ip):
         out.append(Finding(ERROR, f"no multicast route for {group.split(':')[0]} on {ifname}: run "
                                   f"`ip route add 224.0.0.0/4 dev {ifname}`"))
+    elif g.family == 6 and not netaddr.multicast_route6(ifname, g.ip):
+        out.append(Finding(ERROR, f"no IPv6 multicast route for {group.rsplit(':', 1)[0]} on {ifname}: run "
+                                  f"`ip -6 route add multicast ff00::/8 dev {ifname} table local`"))
+    if g.family == 6 and remote and (g.ip[1] & 0xF) == 1:
+        out.append(Finding(WARN, f"group {group} is interface-local (ff01::/16): it never leaves this host, but "
+                                 f"member(s) {_who(remote)} are elsewhere; use a link-scope group (ff02::/16) "
+                                 f"or wider"))
     if remote and loop:
         via = sorted({r[2].ifname for r in remote if r[2].ifname})
         out.append(Finding(WARN, f"multicast goes out on {ifname} (loopback), which never leaves this host, "
@@ -187,13 +256,16 @@ def _reach(cfg: Config) -> List[Finding]:
 def diagnose(cfg: Config) -> List[Finding]:
     """Every finding about this configuration on this host."""
     out = []
-    bip, bport = netaddr.parse_hostport(cfg.bind)
-    if not is_local(bip):
+    b = netaddr.parse_endpoint(cfg.bind, "bind")
+    bip, bport = b.ip, b.port
+    if not (is_local(bip) if b.family == 4 else is_local6(bip, b.scope)):
         out.append(Finding(ERROR, f"bind {cfg.bind}: that address is not on this host"))
     me = next((m for m in cfg.members if m.node_id == cfg.node_id), None)
     if me is not None and not isinstance(me.addr, int) and me.addr != cfg.bind:
-        mip, mport = netaddr.parse_hostport(me.addr)
-        if (bip and mip != bip) or (bport and mport != bport) or not bport:
+        mep = netaddr.parse_endpoint(me.addr)
+        mip, mport = mep.ip, mep.port
+        one_address = any(bip) if b.family == 6 else bool(bip)     # not the wildcard
+        if (one_address and (mep.family != b.family or mip != bip)) or (bport and mport != bport) or not bport:
             out.append(Finding(WARN, f"the members list has this node ({cfg.node_id}) at {me.addr} but it binds "
                                      f"{cfg.bind}: the others send repairs and control messages to {me.addr}"))
     if not cfg.members and not cfg.join:

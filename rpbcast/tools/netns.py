@@ -7,7 +7,8 @@ from an iptables `statistic` rule (netem is not available everywhere).
 ``HostNet`` is a LAN of hosts: a namespace per host, each joined by a veth
 pair to a bridge in a namespace of its own that nothing else connects to;
 multicast routed on each host's device, UDP GSO segmented before the wire,
-so loss (and every fault) hits single packets as on a real LAN.
+so loss (and every fault) hits single packets as on a real LAN; IPv4, or
+with ``ipv6=True`` also IPv6 (fd79::<id>, an ff02:: group).
 ``Firewall`` changes a namespace's fault rules within milliseconds, for
 partitions, blackouts and bursts of loss timed by the stress job.
 """
@@ -304,9 +305,12 @@ class HostNet:
     what ``create`` made; a failed ``create`` removes what it had made."""
 
     SUBNET = "10.77.0."
+    SUBNET6 = "fd79::"              # ipv6: unique-local, fd79::<id>/64 on eth0
+    GROUP6 = "ff02::7262:1"         # ipv6: a link-scope group (the hosts share one link)
     DEV = "eth0"
 
-    def __init__(self, ids):
+    def __init__(self, ids, ipv6: bool = False):
+        self.ipv6 = bool(ipv6)
         self.ids = list(ids)
         if not self.ids or max(self.ids) > 250 or min(self.ids) < 1:
             raise NetnsError("host ids must be 1..250")
@@ -316,7 +320,15 @@ class HostNet:
         self.made = []
 
     def ip(self, i) -> str:
-        return f"{self.SUBNET}{i}"
+        return f"{self.SUBNET6}{i:x}" if self.ipv6 else f"{self.SUBNET}{i}"
+
+    def endpoint(self, i, port: int) -> str:
+        """Host i's address with a port, as a Config takes it."""
+        return f"[{self.ip(i)}]:{port}" if self.ipv6 else f"{self.ip(i)}:{port}"
+
+    def group(self, port: int) -> str:
+        """A multicast group on the hosts' link, as Config.group_addr."""
+        return f"[{self.GROUP6}]:{port}" if self.ipv6 else f"239.255.77.1:{port}"
 
     def create(self) -> "HostNet":
         if not available():
@@ -338,12 +350,27 @@ class HostNet:
                 _run("ip", "-n", br, "link", "set", br_end, "master", "br0", "up")
                 _run("ip", "-n", ns, "link", "set", "lo", "up")
                 _run("ip", "-n", ns, "link", "set", self.DEV, "gso_max_segs", "1", "multicast", "on", "up")
-                _run("ip", "-n", ns, "addr", "add", f"{self.ip(i)}/24", "dev", self.DEV)
+                _run("ip", "-n", ns, "addr", "add", f"{self.SUBNET}{i}/24", "dev", self.DEV)
                 _run("ip", "-n", ns, "route", "add", "224.0.0.0/4", "dev", self.DEV)
+                if self.ipv6:
+                    self._add_ipv6(ns, i)
         except BaseException:
             self.delete()
             raise
         return self
+
+    def _add_ipv6(self, ns, i):
+        """IPv6 on host i: fd79::<id>/64 on eth0 (no duplicate detection:
+        usable at once) and the ff00::/8 multicast route out of eth0.
+        Neighbour discovery crosses the bridge like any multicast."""
+        sysctl = ["ip", "netns", "exec", ns, "sysctl", "-q", "-w"]
+        for dev in ("all", "default", "lo", self.DEV):
+            _run(*sysctl, f"net.ipv6.conf.{dev}.disable_ipv6=0")
+        _run("ip", "-n", ns, "-6", "addr", "add", f"{self.ip(i)}/64", "dev", self.DEV, "nodad")
+        r = _run("ip", "-n", ns, "-6", "route", "add", "multicast", "ff00::/8", "dev", self.DEV, "table", "local",
+                 check=False)
+        if r.returncode and "File exists" not in r.stderr:
+            raise NetnsError(f"ip -6 route add multicast ff00::/8 dev {self.DEV}: {r.stderr.strip()}")
 
     def delete(self):
         """Remove the namespaces this HostNet made (their veths go with them)."""
@@ -353,12 +380,12 @@ class HostNet:
 
     def set_loss(self, probability: float):
         for ns in self.ns.values():
-            set_loss(ns, probability)
+            (set_loss6 if self.ipv6 else set_loss)(ns, probability)
 
     def loss_counters(self):
         pk = by = 0
         for ns in self.ns.values():
-            p, b = loss_counters(ns)
+            p, b = (loss_counters6 if self.ipv6 else loss_counters)(ns)
             pk += p
             by += b
         return pk, by

@@ -68,6 +68,9 @@ def add_parsers(sub):
                    help="every node a host of its own: a network namespace each, veth pairs to a bridge "
                         "(connected to nothing else), multicast on the hosts' devices with TTL 1, GSO cut "
                         "before the wire, so loss and faults hit single packets as on a LAN (needs root)")
+    p.add_argument("--ipv6", action="store_true",
+                   help="with --hosts: an IPv6 group (ff02::7262:1 on the hosts' link, the hosts at fd79::<id>); "
+                        "loss with ip6tables")
     f = p.add_argument_group("faults", "applied by the orchestrator at their times, in seconds after the "
                                        "senders' start; the summary says when each ran")
     f.add_argument("--partition", action="append", metavar="NODE:START:SECONDS",
@@ -153,6 +156,13 @@ def check_args(args, use_ns) -> Optional[str]:
                     if args.transport != "unicast" else "--hosts runs multicast between hosts: drop --transport unicast")
         if args.senders + args.receivers + args.loggers > 250:
             return "--hosts takes at most 250 nodes (one /24 subnet)"
+    if getattr(args, "ipv6", False):
+        if not getattr(args, "hosts", False):
+            return "--ipv6 runs between hosts on a veth LAN: add --hosts"
+        named = [o for o in ("partition", "blackout", "burst_loss") if getattr(args, o, None)]
+        if named:
+            return (f"--ipv6 runs without {', '.join('--' + o.replace('_', '-') for o in named)} (those faults "
+                    "are IPv4 firewall rules); --loss, --kill and --pause-sender work")
     try:
         faults.parse(args, use_ns)
     except faults.FaultError as e:

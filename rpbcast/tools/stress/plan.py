@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 
 
 HOST_PORT = 17000                   # every host's unicast port (--hosts: each host has its own address)
+GROUP_PORT = 7400                   # the group's port (--ipv6; IPv4 runs take Config's default group)
 
 
 @dataclasses.dataclass
@@ -29,6 +30,7 @@ class Plan:
     addrs: Dict[int, str]
     flow_control: str
     hosts: bool = False             # every node a host of its own on a bridge (netns.HostNet)
+    ipv6: bool = False              # (hosts) an IPv6 group and addresses
 
     def role_of(self, i) -> str:
         """The node's role in the member list."""
@@ -39,8 +41,17 @@ class Plan:
                 for i in self.senders + self.receivers + self.loggers]
 
     def addr_to_node(self):
+        """For the trace: the engine's integer of each member's address.
+        (IPv6 integers are handles of a process's own table: none.)"""
         from rpbcast import netaddr
+        if self.ipv6:
+            return {}
         return {netaddr.addr_of(a): i for i, a in self.addrs.items()}
+
+    def hostnet(self):
+        """The netns.HostNet the run's hosts live on (not created yet)."""
+        from rpbcast.tools.netns import HostNet
+        return HostNet(self.addrs, ipv6=self.ipv6)
 
 
 # Loggers by default: what each protocol's paper gives it (docs/protocols.md).
@@ -59,11 +70,13 @@ def make_plan(args, use_ns) -> Plan:
     --run-dir)."""
     resolve_loggers(args)
     hosts = bool(getattr(args, "hosts", False))
+    ipv6 = hosts and bool(getattr(args, "ipv6", False))
     transport = "multicast" if use_ns else "unicast"
     if not args.loss:
         loss_model = "none"
     elif hosts:
-        loss_model = "kernel, per packet (iptables statistic, INPUT of every host; GSO cut before the wire)"
+        loss_model = (f"kernel, per packet ({'ip6tables' if ipv6 else 'iptables'} statistic, INPUT of every "
+                      f"host; GSO cut before the wire)")
     elif use_ns:
         loss_model = "kernel (iptables statistic, namespace INPUT; a GSO datagram crosses loopback whole)"
     else:
@@ -73,12 +86,12 @@ def make_plan(args, use_ns) -> Plan:
     os.makedirs(run_dir, exist_ok=True)
     work = os.path.join(run_dir, "work")
     os.makedirs(work, exist_ok=True)
-    senders, receivers, loggers, addrs = node_ids(args, use_ns, hosts)
+    senders, receivers, loggers, addrs = node_ids(args, use_ns, hosts, ipv6)
     return Plan(use_ns, transport, loss_model, run_id, run_dir, work, senders, receivers, loggers, addrs,
-                flow_control_of(args, loggers), hosts)
+                flow_control_of(args, loggers), hosts, ipv6)
 
 
-def node_ids(args, use_ns, hosts=False):
+def node_ids(args, use_ns, hosts=False, ipv6=False):
     """Node ids, addresses and roles."""
     senders = list(range(1, args.senders + 1))
     receivers = list(range(args.senders + 1, args.senders + args.receivers + 1))
@@ -86,7 +99,8 @@ def node_ids(args, use_ns, hosts=False):
     ids = senders + receivers + loggers
     if hosts:
         from rpbcast.tools.netns import HostNet
-        addrs = {i: f"{HostNet.SUBNET}{i}:{HOST_PORT}" for i in ids}
+        net = HostNet(ids, ipv6=ipv6)
+        addrs = {i: net.endpoint(i, HOST_PORT) for i in ids}
     else:
         # in the host's own network, ports apart from other runs' (a namespace is the run's alone)
         base = 17000 + (os.getpid() % 1000) * 20 if not use_ns else 17000
@@ -159,6 +173,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
     if plan.hosts:
         from rpbcast.tools.netns import HostNet
         cfg.update(interface=HostNet.DEV, ttl=1)
+        if plan.ipv6:
+            cfg["group_addr"] = HostNet(plan.addrs, ipv6=True).group(GROUP_PORT)
     if role == "receiver" and args.busy_poll:
         cfg["busy_poll"] = True
     if role == "receiver" and getattr(args, "receive_mode", "wait") != "wait":

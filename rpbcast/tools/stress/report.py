@@ -48,6 +48,15 @@ def gsgc_brief(st):
             "failed": st.get("failed"), "K": st.get("K"), "events": (st.get("events") or [])[-20:]}
 
 
+def worker_spec_group(args, plan):
+    """The group address the run's nodes were given (plan.worker_spec)."""
+    from rpbcast.config import Config
+    if plan.ipv6:
+        from rpbcast.tools.stress.plan import GROUP_PORT
+        return plan.hostnet().group(GROUP_PORT)
+    return Config.group_addr
+
+
 def summarize(args, plan, sup, finals, dropped, t_start):
     """The summary of a finished run (sup: its Supervisor; finals: the
     workers' final reports by node id; dropped: the kernel's loss counters)."""
@@ -60,6 +69,8 @@ def summarize(args, plan, sup, finals, dropped, t_start):
     s["sent"] += sum(agreed_count(finals, live, k) for k in sup.dead_streams)
     s.update(delivered_fractions(args, finals, live, s["sent"]))
     s["hosts"] = plan.hosts
+    s["ipv6"] = plan.ipv6
+    s["group_addr"] = worker_spec_group(args, plan)
     s["dead_receivers"] = sorted(sup.dead)
     s["dead_nodes"] = sorted(sup.dead_nodes)
     s["killed"] = [list(k) for k in sup.killed_nodes]
@@ -299,6 +310,7 @@ def print_summary(s):
         (f", flow control by {s.get('flow_control', 'loggers')}" if s.get("flow_control") in ("loggers", "receivers")
          else f", flow control: {s.get('flow_control')}") +
         (" (receivers report what they checkpointed)" if s.get("flow_commit") else ""),
+        f"  group           {s.get('group_addr')}" + (" (IPv6)" if s.get("ipv6") else "") + "\n" +
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
         f"  received        {s['recv_rate_min']:,.0f} msgs/s delivered by the slowest receiver, {s['mb_s_min']:.1f} MB/s",

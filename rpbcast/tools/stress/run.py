@@ -40,7 +40,7 @@ class Network:
 
     def create(self):
         if self.plan.hosts:
-            self.hostnet = netns.HostNet(self.plan.addrs).create()
+            self.hostnet = self.plan.hostnet().create()
         elif self.plan.use_ns:
             self.ns = netns.create()
         return self
