@@ -16,6 +16,7 @@ from rpbcast.api import Node
 from rpbcast.core import digest, wire
 from rpbcast.protocol.engine import Engine
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 needs_ns = pytest.mark.netns
@@ -134,14 +135,6 @@ def test_unkeyed_nodes_send_no_trailer(tmp_path):
 
 
 # ---------------------------------------------------------------- real groups
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 def keyed_group(tmp_path, keys_of, loggers=()):
     """Members 1..n on 127.0.0.1 in the current namespace, node i keyed with

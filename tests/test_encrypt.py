@@ -14,6 +14,7 @@ from rpbcast.core import wire
 from rpbcast.core.node import DEST_MCAST
 from rpbcast.protocol.engine import Engine
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -133,14 +134,6 @@ def test_control_messages_are_encrypted_and_read(tmp_path):
 
 
 # ---------------------------------------------------------------- real sockets
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 def publish(node, n, tag):
     for k in range(n):

@@ -7,7 +7,6 @@ recv_batch, stats) or while the control plane ran between recvmmsg batches.
 `rpbcast analyze` then showed first receipts before their send, by up to
 360 ms.  Here the application holds the receiver's mutex while a message is
 sent: its receipt must still be stamped after its send."""
-import socket
 import time
 
 import numpy as np
@@ -16,16 +15,9 @@ import pytest
 from rpbcast import Config, MemberSpec
 from rpbcast.api import Node
 from rpbcast.core.node import TraceEvent
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def pair(**kw):

@@ -6,7 +6,6 @@ test, shuffled, duplicated, dropped); a hypothesis property compares what a
 receiver delivers with a small reference reassembler; the socket tests run
 in a network namespace with kernel loss and a logger."""
 import random
-import socket
 import time
 
 import numpy as np
@@ -16,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from rpbcast import Config, ConfigError, MemberSpec
 from rpbcast.core.node import Node as CoreNode
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -319,14 +319,6 @@ def test_reserved_label_is_refused():
 
 
 # ---- on real sockets ------------------------------------------------------
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 def group(n, loggers=(), tmp_path=None, **kw):
     from rpbcast.api import Node

@@ -21,20 +21,13 @@ from rpbcast import Config, MemberSpec
 from rpbcast.api import Node
 from rpbcast.core import digest, wire
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.netns]
 
 T = wire.MsgType
 ATTACKER = 99
 BOUND = 3.0
-
-
-def free_port(host="127.0.0.1"):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind((host, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def group(tmp_path, extra=None, n_members=3):

@@ -21,17 +21,10 @@ import pytest
 from rpbcast import Config, ConfigError, MemberSpec
 from rpbcast.api import Node
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 needs_ns = pytest.mark.netns
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def pair(**kw):

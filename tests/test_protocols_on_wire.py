@@ -4,7 +4,6 @@ it (SRM takes raw datagrams), and `rpbcast stress --protocol` compares them
 -- each held to what its protocol promises, pbcast's losses reported as a
 delivered fraction, never as a pass."""
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from stressrun import stress
 from rpbcast.api import Node
 from rpbcast.config import Config, ConfigError, MemberSpec
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,14 +35,6 @@ def test_config_from_a_table_takes_protocol_and_its_parameters():
 def test_rpbcast_takes_no_protocol_params():
     with pytest.raises(ConfigError, match="^protocol_params: rpbcast takes none"):
         Config(protocol_params={"C1": 1.0})
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def unicast_cfg(protocol, **kw):

@@ -8,7 +8,6 @@ Before they shared that code the driver path published label 2**64-1 as an
 unlabelled message instead of refusing it, and turned a logger's failed log
 write (RP_EIO) into MemoryError instead of OSError."""
 import shutil
-import socket
 
 import numpy as np
 import pytest
@@ -17,16 +16,9 @@ from rpbcast import Config, MemberSpec
 from rpbcast.api import Node as ApiNode
 from rpbcast.core.logstore import LogStore
 from rpbcast.core.node import Node
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def api_node(**kw):

@@ -13,6 +13,7 @@ from rpbcast import Config, MemberSpec
 from rpbcast.core import digest, wire
 from rpbcast.core.node import DEST_MCAST
 from rpbcast.protocol.engine import Engine
+from ports import free_port
 
 T = wire.MsgType
 KEY = bytes(range(16))
@@ -239,12 +240,6 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
     from rpbcast.api import Node
     from rpbcast.tools import netns
 
-    def free_port():
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        return p
 
     control = {t for t in T if t not in (T.PAD, T.DATA, T.REPAIR, T.HEARTBEAT)}
     with netns.namespace() as ns, netns.entered(ns):

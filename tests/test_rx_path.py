@@ -5,7 +5,6 @@ Both threads receive under the node lock, so whoever reads a datagram, the
 node sees it once: these tests check exactly-once across the handoff, under
 kernel loss (namespace, iptables) and in-process loss, and that the new path
 really takes the loop -> application eventfd hop off the way."""
-import socket
 import threading
 import time
 
@@ -16,17 +15,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from rpbcast import Config, ConfigError, MemberSpec
 from rpbcast.api import Node
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 needs_ns = pytest.mark.netns
-
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def pair(transport="multicast", **kw):

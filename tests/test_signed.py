@@ -18,6 +18,7 @@ from rpbcast.protocol.engine import Engine
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz"))
 from fuzz_engine import Sealer  # noqa: E402  (AES-128-GMAC sealing in Python, as csrc/auth.c)
+from ports import free_port
 
 T = wire.MsgType
 KEY = bytes(range(0x30, 0x40))
@@ -233,18 +234,11 @@ def test_a_signed_group_with_a_logger_on_real_sockets(tmp_path):
     namespace: every message is delivered exactly once, the logger's
     LOGACKs are signed and taken (the sender's buffer is released), and
     nothing is dropped under "sig"."""
-    import socket
     import time
 
     from rpbcast.api import Node
     from rpbcast.tools import netns
 
-    def free_port():
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind(("127.0.0.1", 0))
-        p = s.getsockname()[1]
-        s.close()
-        return p
 
     with netns.namespace() as ns, netns.entered(ns):
         ports = {i: free_port() for i in (1, 2, 3)}

@@ -1,7 +1,6 @@
 """Streams within a group (csrc/streams.c, docs/api.md "Streams"): a stream
 id per publication, subscription by stream filtered in the data plane,
 per-stream counters, one node and one set of sockets for many streams."""
-import socket
 import time
 
 import numpy as np
@@ -10,6 +9,7 @@ import pytest
 from rpbcast import Config, MemberSpec
 from rpbcast.core.node import Node as CoreNode
 from rpbcast.tools import netns
+from ports import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -132,14 +132,6 @@ def test_stream_table_is_bounded_against_invented_ids():
 
 
 # ---- on real sockets ------------------------------------------------------
-
-def free_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 @pytest.mark.netns
 def test_one_node_many_streams_subscribe_at_runtime():
