@@ -137,3 +137,23 @@ def test_the_direct_path_survives_a_key_roll_over(tmp_path):
     only_new = engine(tmp_path, 2, keys=((2, NEW),))
     for d in published(engine(tmp_path, 1, keys=((1, KEY),)), [b"stale"], now=7000):
         assert only_new.receive_datagram(d, 1, 8000) == wire.Reason.AUTH
+
+
+def test_mac_impl_openssl_keeps_every_mac_in_the_library(tmp_path):
+    """Config.mac_impl = "openssl": a deployment that must use the
+    library's code only gets EVP for every datagram, and still talks to
+    nodes on the direct path."""
+    from rpbcast.config import ConfigError
+    specs = [MemberSpec(1, 1), MemberSpec(2, 2)]
+    kf = write_keys(tmp_path / "keys", (1, KEY))
+    lib = Engine(Config(node_id=1, members=specs, incarnation=1, key_file=kf, mac_impl="openssl"), 0,
+                 mac_counter0=1000)
+    auto = Engine(Config(node_id=2, members=specs, incarnation=1, key_file=kf), 0, mac_counter0=2000)
+    assert lib.counters()["mac_direct"] == 0
+    assert auto.counters()["mac_direct"] == DIRECT
+    for d in published(lib, [b"from-the-library-%d" % k for k in range(5)]):
+        auto.receive_datagram(d, 1, 2000)
+    got = [bytes(m.payload) for m in auto.recv(now=2001)]
+    assert got == [b"from-the-library-%d" % k for k in range(5)]
+    with pytest.raises(ConfigError, match="mac_impl"):
+        Config(node_id=1, key_file=kf, mac_impl="fast")

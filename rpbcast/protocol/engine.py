@@ -143,6 +143,8 @@ class Engine:
         ns (csrc/auth.h says why).  The parts size their messages by
         cfg.mtu, so they see the MTU less the trailer."""
         self.node.set_auth(read_key_file(cfg.key_file), counter0)
+        if cfg.mac_impl == "openssl":
+            self.node.set_auth_fast(False)
         if cfg.encrypt:
             self.node.set_encrypt(True)
         if cfg.signed:
