@@ -1702,10 +1702,10 @@ static int open_tail(rp_log_t *l, int fresh) {
         return RP_ENOMEM;
     int flags = O_RDWR | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0);
     /* Direct writes where the file system takes them (not tmpfs, say). */
-    l->fd = open(path, flags | O_DIRECT, 0644);
+    l->fd = l->want_direct ? open(path, flags | O_DIRECT, 0644) : -1;
     if (l->fd >= 0)
         l->direct = 1;
-    else if (errno == EINVAL)
+    else if (!l->want_direct || errno == EINVAL)
         l->fd = open(path, flags, 0644);
     free(path);
     if (l->fd < 0)
@@ -1751,7 +1751,12 @@ static int open_tail(rp_log_t *l, int fresh) {
 }
 
 int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
+    return rp_log_open_mode(l, dir, seg_limit, 1);
+}
+
+int rp_log_open_mode(rp_log_t *l, const char *dir, uint64_t seg_limit, int direct) {
     memset(l, 0, sizeof(*l));
+    l->want_direct = direct;
     l->fd = -1;
     l->rfd = -1;
     l->xfd = -1;

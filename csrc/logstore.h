@@ -161,6 +161,7 @@ typedef struct {
     size_t wlen, wcap;
     uint64_t wpos;              /* file offset where wbuf starts (block-aligned when direct) */
     int direct;                 /* the current segment is open O_DIRECT; its writes go via the log's thread */
+    int want_direct;            /* try O_DIRECT (rp_log_open_mode) */
     size_t wsent;               /* direct: wbuf bytes already handed to the thread (the partial block) */
     uint64_t wdone;             /* direct: the current segment's bytes below this are in the file */
     uint8_t *xbuf;              /* direct: the buffer last handed to the thread ... */
@@ -209,6 +210,9 @@ typedef struct {
 /* Open (creating if needed) and recover the log in dir.  Returns 0 or a
  * negative errno-style code (-errno from the failing system call). */
 int  rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit);
+/* The same; direct 0: buffered writes even where O_DIRECT works (a log
+ * whose flush must be quick and need not be durable: fsync "never"). */
+int  rp_log_open_mode(rp_log_t *l, const char *dir, uint64_t seg_limit, int direct);
 void rp_log_close(rp_log_t *l);
 /* Close as a killed process would: records still in the write buffer (not
  * yet written to the file) are lost; what was written survives.  Tests use

@@ -108,3 +108,27 @@ def test_a_crash_after_a_sync_keeps_what_it_covered_and_padding_is_not_damage(tm
     with LogStore(d) as log:
         assert list(log.seqs(1, 1)) == list(range(top + 1))
         assert log.recovery()["truncated_bytes"] == 0
+
+
+def test_a_buffered_log_on_request_and_for_a_logger_that_never_syncs(tmp_path):
+    """fsync "never" acknowledges at a flush: a direct write would make
+    each flush wait for the device (0.2-1 ms every fsync_interval), so that
+    logger writes through the page cache; "interval" and "always" go
+    direct."""
+    from rpbcast.config import Config, MemberSpec
+    from rpbcast.protocol.engine import Engine
+    direct_ok = direct_capable(str(tmp_path / "probe"))
+    with LogStore(tmp_path / "buffered", direct=False) as log:
+        for q in range(3_000):
+            log.append(1, 1, q, os.urandom(1000))
+        log.sync()
+        assert log.stats()["direct"] is False
+        assert resident_fraction(segs(tmp_path / "buffered")[0]) > 0.9
+    members = [MemberSpec(node_id=i, addr=f"127.0.0.1:{7000 + i}", role="logger" if i == 9 else "member")
+               for i in (1, 2, 9)]
+    for fsync, want in (("never", False), ("interval", direct_ok), ("always", direct_ok)):
+        cfg = Config(node_id=9, group=1, role="logger", log_dir=str(tmp_path / fsync), fsync=fsync,
+                     members=members)
+        eng = Engine(cfg, 1, log=None)
+        assert eng.logger.log.stats()["direct"] is want, fsync
+        eng.logger.log.close()
