@@ -426,8 +426,18 @@ static inline rp_lseg_t *cur_seg(rp_log_t *l) { return &l->segs[l->nsegs - 1]; }
 /* A file descriptor to read segment s: the current one's, or one kept open
  * in the fd cache (the least recently read one is closed for it). */
 static int seg_fd(rp_log_t *l, rp_lseg_t *s) {
-    if (s == cur_seg(l))
+    if (s == cur_seg(l) && !l->direct)
         return l->fd;
+    if (s == cur_seg(l)) {
+        if (l->rfd < 0) {
+            char *path = seg_path(l, s->no);
+            if (!path)
+                return -1;
+            l->rfd = open(path, O_RDONLY | O_CLOEXEC);
+            free(path);
+        }
+        return l->rfd;
+    }
     if (s->fd < 0) {
         uint32_t open_n = 0, victim = UINT32_MAX;
         for (uint32_t i = 0; i + 1 < l->nsegs; i++) {
@@ -543,12 +553,49 @@ static int64_t index_run(rp_log_t *l, uint32_t sid, uint64_t lo, uint64_t hi, ui
 
 /* ---- the syncer thread (group commit) ---------------------------------- */
 
+static void run_close(rp_log_t *l);
+
+/* One direct write of the buffer handed over (its length rounded up to a
+ * block: the bytes past xlen are zeros, and the next write covers them
+ * again).  Called with smu held; releases it while writing. */
+static void writer_do(rp_log_t *l) {
+    const uint8_t *buf = l->xbuf;
+    size_t len = (l->xlen + RP_LOG_ALIGN - 1) & ~(size_t)(RP_LOG_ALIGN - 1);
+    uint64_t off = l->xpos;
+    int fd = l->xfd;
+    pthread_mutex_unlock(&l->smu);
+    int rc = 0;
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(fd, buf + done, len - done, (off_t)(off + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            rc = w < 0 ? -errno : -EIO;
+            break;
+        }
+        done += (size_t)w;
+    }
+    pthread_mutex_lock(&l->smu);
+    l->n_writes++;
+    if (rc && !l->xerr)
+        l->xerr = rc;
+    if (rc && !l->sync_err)
+        l->sync_err = rc;        /* nothing after it is ever acknowledged */
+    l->xbusy = 0;
+    pthread_cond_broadcast(&l->scv);
+}
+
 static void *syncer_main(void *arg) {
     rp_log_t *l = (rp_log_t *)arg;
     pthread_mutex_lock(&l->smu);
     for (;;) {
-        while (!l->sync_stop && l->sync_want == l->sync_done)
+        while (!l->sync_stop && !l->xbusy && l->sync_want == l->sync_done)
             pthread_cond_wait(&l->scv, &l->smu);
+        if (l->xbusy) {          /* a write handed over comes before the sync that covers it */
+            writer_do(l);
+            continue;
+        }
         if (l->sync_stop)
             break;
         uint64_t e = l->sync_want, appended = l->sync_want_appended;
@@ -582,9 +629,86 @@ static void syncer_quiesce(rp_log_t *l) {
     if (!l->syncer_on)
         return;
     pthread_mutex_lock(&l->smu);
-    while (l->sync_busy || l->sync_want != l->sync_done)
+    while (l->sync_busy || l->xbusy || l->sync_want != l->sync_done)
         pthread_cond_wait(&l->scv, &l->smu);
     pthread_mutex_unlock(&l->smu);
+}
+
+static int syncer_start(rp_log_t *l) {
+    if (l->syncer_on)
+        return RP_OK;
+    if (pthread_create(&l->syncer, NULL, syncer_main, l))
+        return RP_ENOMEM;
+    l->syncer_on = 1;
+    return RP_OK;
+}
+
+/* Direct: wait until the thread has written what was handed to it.
+ * RP_OK or the first write error. */
+static int writer_wait(rp_log_t *l) {
+    pthread_mutex_lock(&l->smu);
+    while (l->xbusy)
+        pthread_cond_wait(&l->scv, &l->smu);
+    int err = l->xerr;
+    pthread_mutex_unlock(&l->smu);
+    return err;
+}
+
+/* Direct: hand the write buffer to the log's thread and go on in the other
+ * one (waiting only while the thread still writes the previous buffer).
+ * The new buffer starts at the last block boundary with the partial block's
+ * bytes: the next write covers that block again, whole. */
+static int handoff(rp_log_t *l) {
+    if (l->wlen == l->wsent)
+        return RP_OK;                       /* nothing new since the last one */
+    int rc = writer_wait(l);
+    if (rc)
+        return rc;
+    if (l->xseg == cur_seg(l)->no)
+        l->wdone = l->xpos + l->xlen;       /* written: the previous handoff completed */
+    uint64_t end = l->wpos + l->wlen;
+    uint64_t base = end & ~(uint64_t)(RP_LOG_ALIGN - 1);
+    size_t pad = (size_t)(((end + RP_LOG_ALIGN - 1) & ~(uint64_t)(RP_LOG_ALIGN - 1)) - end);
+    uint8_t *full = l->wbuf;
+    memset(full + l->wlen, 0, pad);
+    l->wbuf = l->xbuf;
+    memcpy(l->wbuf, full + (base - l->wpos), (size_t)(end - base));
+    pthread_mutex_lock(&l->smu);
+    l->xbuf = full;
+    l->xlen = l->wlen;
+    l->xpos = l->wpos;
+    l->xseg = cur_seg(l)->no;
+    l->xfd = l->fd;
+    l->xbusy = 1;
+    pthread_cond_broadcast(&l->scv);
+    pthread_mutex_unlock(&l->smu);
+    l->wpos = base;
+    l->wlen = l->wsent = (size_t)(end - base);
+    l->rgen++;                              /* records moved from wbuf to xbuf */
+    return RP_OK;
+}
+
+/* Direct: the segment gets no more writes (it rolls, or the log closes):
+ * write what is buffered and cut the block padding off the file's end. */
+static int seal(rp_log_t *l) {
+    if (!l->direct)
+        return RP_OK;
+    int rc = rp_log_flush(l);
+    if (rc)
+        return rc;
+    syncer_quiesce(l);
+    if (ftruncate(l->fd, (off_t)(l->wpos + l->wlen)) < 0)
+        return -errno;
+    return RP_OK;
+}
+
+/* Make room in the write buffer: direct, hand it over; else write it. */
+static int make_room(rp_log_t *l) {
+    if (l->direct) {
+        run_close(l);
+        return handoff(l);
+    }
+    return rp_log_flush(l);
 }
 
 static void syncer_stop(rp_log_t *l) {
@@ -626,6 +750,18 @@ static void run_close(rp_log_t *l) {
 
 int rp_log_flush(rp_log_t *l) {
     run_close(l);
+    if (l->direct) {
+        int rc = handoff(l);
+        if (!rc)
+            rc = writer_wait(l);
+        if (!rc && l->xseg == cur_seg(l)->no) {
+            /* in the file now: reads go there (and check what they read) */
+            l->wdone = l->xpos + l->xlen;
+            l->xseg = UINT64_MAX;
+            l->rgen++;
+        }
+        return rc;
+    }
     size_t done = 0;
     while (done < l->wlen) {
         ssize_t w = pwrite(l->fd, l->wbuf + done, l->wlen - done, (off_t)(l->wpos + done));
@@ -659,7 +795,7 @@ int rp_log_sync(rp_log_t *l) {
         pthread_mutex_lock(&l->smu);
     l->synced = l->appended;
     l->sync_seg = cur_seg(l)->no;
-    l->sync_off = l->wpos;
+    l->sync_off = l->wpos + l->wlen;
     l->sync_done = l->sync_want;     /* it covers every sync requested before it */
     if (l->syncer_on) {
         pthread_cond_broadcast(&l->scv);
@@ -669,19 +805,18 @@ int rp_log_sync(rp_log_t *l) {
 }
 
 int rp_log_sync_start(rp_log_t *l, uint64_t *epoch) {
-    int rc = rp_log_flush(l);
+    /* direct: the write is the thread's, ahead of this sync */
+    int rc = l->direct ? make_room(l) : rp_log_flush(l);
     if (rc)
         return rc;
-    if (!l->syncer_on) {
-        if (pthread_create(&l->syncer, NULL, syncer_main, l))
-            return RP_ENOMEM;
-        l->syncer_on = 1;
-    }
+    rc = syncer_start(l);
+    if (rc)
+        return rc;
     pthread_mutex_lock(&l->smu);
     *epoch = ++l->sync_want;
     l->sync_want_appended = l->appended;
     l->want_seg = cur_seg(l)->no;
-    l->want_off = l->wpos;
+    l->want_off = l->wpos + l->wlen;
     pthread_cond_broadcast(&l->scv);
     pthread_mutex_unlock(&l->smu);
     return RP_OK;
@@ -713,7 +848,9 @@ int rp_log_wait_synced(rp_log_t *l, uint64_t epoch) {
 }
 
 static int roll(rp_log_t *l) {
-    int rc = rp_log_sync(l);    /* the old segment is whole and durable before the next starts */
+    int rc = seal(l);
+    if (!rc)
+        rc = rp_log_sync(l);    /* the old segment is whole and durable before the next starts */
     if (rc)
         return rc;
     uint64_t no = cur_seg(l)->no + 1;
@@ -722,18 +859,23 @@ static int roll(rp_log_t *l) {
     char *path = seg_path(l, no);
     if (!path)
         return RP_ENOMEM;
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | (l->direct ? O_DIRECT : 0), 0644);
     free(path);
     if (fd < 0) {
         l->nsegs--;
         return -errno;
     }
-    /* the previous segment is read through the fd cache from now on */
+    /* the previous segment is read through the fd cache from now on (by a
+     * buffered descriptor: a direct one reads only whole aligned blocks) */
     rp_lseg_t *prev = &l->segs[l->nsegs - 2];
-    if (prev->fd < 0)
-        prev->fd = l->fd;
-    else
+    int rd = l->direct ? l->rfd : l->fd;
+    if (l->direct)
         close(l->fd);
+    if (prev->fd < 0)
+        prev->fd = rd;
+    else if (rd >= 0)
+        close(rd);
+    l->rfd = -1;
     if (l->syncer_on)
         pthread_mutex_lock(&l->smu);
     l->fd = fd;
@@ -742,6 +884,8 @@ static int roll(rp_log_t *l) {
     l->wpos = 0;
     seg_header(l->wbuf);
     l->wlen = RP_LOG_SEG_HDR;
+    l->wsent = 0;
+    l->wdone = 0;
     cur_seg(l)->size = RP_LOG_SEG_HDR;
     int dfd = open(l->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
@@ -786,7 +930,7 @@ static int run_open(rp_log_t *l, uint32_t sid, uint64_t seq, uint64_t label, con
             return rc;
     }
     if (l->wlen + need > l->wcap) {
-        int rc = rp_log_flush(l);
+        int rc = make_room(l);
         if (rc)
             return rc;
     }
@@ -872,9 +1016,14 @@ int rp_log_append(rp_log_t *l, uint32_t sender, uint32_t inc, uint64_t seq, uint
 static const uint8_t *load_record(rp_log_t *l, uint64_t pos, int *inmem) {
     uint64_t segno = POS_SEG(pos), off = POS_OFF(pos);
     rp_lseg_t *cur = cur_seg(l);
-    if (segno == cur->no && off >= l->wpos) {
+    if (segno == cur->no && off >= l->wpos + l->wsent) {
         *inmem = 1;
         return l->wbuf + (off - l->wpos);
+    }
+    /* direct: the buffer last handed over stays readable until the next */
+    if (segno == l->xseg && off >= l->xpos && off < l->xpos + l->xlen) {
+        *inmem = 1;
+        return l->xbuf + (off - l->xpos);
     }
     *inmem = 0;
     if (segno == l->rseg && off >= l->roff && off + RP_LOG_HDR <= l->roff + l->rlen) {
@@ -889,7 +1038,9 @@ static const uint8_t *load_record(rp_log_t *l, uint64_t pos, int *inmem) {
     int fd = seg_fd(l, seg);
     if (fd < 0)
         return NULL;
-    uint64_t end = segno == cur->no ? l->wpos : seg->size;
+    /* direct: the thread may be writing beyond wdone (the block at wdone
+     * again, with the same bytes up to it) */
+    uint64_t end = segno != cur->no ? seg->size : l->direct ? l->wdone : l->wpos;
     if (off + RP_LOG_HDR > end)
         return NULL;
     size_t want = RP_LOG_READ_AHEAD;
@@ -1322,7 +1473,12 @@ static int scan_v1(rp_log_t *l, rp_lseg_t *seg, int fd, const uint8_t *m, uint64
     if (rc)
         return rc;
     if (pos < size) {
-        if (ftruncate(fd, (off_t)pos) == 0)
+        /* zeros short of a block after the last record are a direct
+         * write's padding (a log not closed), not a torn write */
+        int padding = size - pos < RP_LOG_ALIGN;
+        for (uint64_t i = pos; padding && i < size; i++)
+            padding = !m[i];
+        if (ftruncate(fd, (off_t)pos) == 0 && !padding)
             l->rec_truncated_bytes += size - pos;
         size = pos;
     }
@@ -1544,15 +1700,36 @@ static int open_tail(rp_log_t *l, int fresh) {
     char *path = seg_path(l, seg->no);
     if (!path)
         return RP_ENOMEM;
-    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644);
+    int flags = O_RDWR | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0);
+    /* Direct writes where the file system takes them (not tmpfs, say). */
+    l->fd = l->want_direct ? open(path, flags | O_DIRECT, 0644) : -1;
+    if (l->fd >= 0)
+        l->direct = 1;
+    else if (!l->want_direct || errno == EINVAL)
+        l->fd = open(path, flags, 0644);
     free(path);
     if (l->fd < 0)
         return -errno;
+    if (l->direct) {
+        int rc = syncer_start(l);
+        if (rc)
+            return rc;
+    }
     if (fresh) {
         seg_header(l->wbuf);
         l->wlen = RP_LOG_SEG_HDR;
         l->wpos = 0;
+        l->wsent = 0;
+        l->wdone = 0;
         seg->size = RP_LOG_SEG_HDR;
+    } else if (l->direct) {
+        /* the buffer starts at the last block boundary, with that block's bytes */
+        l->wpos = seg->size & ~(uint64_t)(RP_LOG_ALIGN - 1);
+        l->wlen = l->wsent = (size_t)(seg->size - l->wpos);
+        l->wdone = seg->size;
+        int rfd = l->wlen ? seg_fd(l, seg) : -1;
+        if (l->wlen && (rfd < 0 || pread(rfd, l->wbuf, l->wlen, (off_t)l->wpos) != (ssize_t)l->wlen))
+            return rfd < 0 ? -errno : RP_EIO;
     } else {
         l->wpos = seg->size;
     }
@@ -1569,26 +1746,41 @@ static int open_tail(rp_log_t *l, int fresh) {
         close(dfd);
     }
     l->sync_seg = seg->no;
-    l->sync_off = l->wpos;
+    l->sync_off = l->wpos + l->wlen;
     return RP_OK;
 }
 
 int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit) {
+    return rp_log_open_mode(l, dir, seg_limit, 1);
+}
+
+int rp_log_open_mode(rp_log_t *l, const char *dir, uint64_t seg_limit, int direct) {
     memset(l, 0, sizeof(*l));
+    l->want_direct = direct;
     l->fd = -1;
+    l->rfd = -1;
+    l->xfd = -1;
+    l->xseg = UINT64_MAX;
     l->owner = (int)getpid();
     l->seg_limit = seg_limit ? seg_limit : (64u << 20);
     if (l->seg_limit < RP_LOG_SEG_HDR + 2 * RP_LOG_HDR + 16)
         l->seg_limit = RP_LOG_SEG_HDR + 2 * RP_LOG_HDR + 16;
     l->dir = strdup(dir);
-    l->wcap = RP_LOG_MAX_RECORD + (1 << 20);
-    l->wbuf = (uint8_t *)malloc(l->wcap);
+    l->wcap = RP_LOG_MAX_RECORD + RP_LOG_WBUF;
+    /* two block-aligned buffers (direct writes), room for a block's padding */
+    void *wb = NULL, *xb = NULL;
+    if (posix_memalign(&wb, RP_LOG_ALIGN, l->wcap + RP_LOG_ALIGN))
+        wb = NULL;
+    if (posix_memalign(&xb, RP_LOG_ALIGN, l->wcap + RP_LOG_ALIGN))
+        xb = NULL;
+    l->wbuf = (uint8_t *)wb;
+    l->xbuf = (uint8_t *)xb;
     l->rcap = RP_LOG_READ_AHEAD;
     l->rbuf = (uint8_t *)malloc(l->rcap);
     l->rseg = UINT64_MAX;
     pthread_mutex_init(&l->smu, NULL);
     pthread_cond_init(&l->scv, NULL);
-    if (!l->dir || !l->wbuf || !l->rbuf || rp_hmap_init(&l->sindex, 64, 0)) {
+    if (!l->dir || !l->wbuf || !l->xbuf || !l->rbuf || rp_hmap_init(&l->sindex, 64, 0)) {
         rp_log_close(l);
         return RP_ENOMEM;
     }
@@ -1623,6 +1815,8 @@ static void release(rp_log_t *l) {
         syncer_stop(l);
     if (l->fd >= 0)
         close(l->fd);
+    if (l->rfd >= 0)
+        close(l->rfd);
     for (uint32_t i = 0; i < l->nsegs; i++)
         seg_free(&l->segs[i]);
     free(l->segs);
@@ -1632,6 +1826,7 @@ static void release(rp_log_t *l) {
     }
     free(l->streams);
     free(l->wbuf);
+    free(l->xbuf);
     free(l->rbuf);
     free(l->dir);
     if (l->sindex.b)
@@ -1642,6 +1837,7 @@ static void release(rp_log_t *l) {
     }
     memset(l, 0, sizeof(*l));
     l->fd = -1;
+    l->rfd = -1;
 }
 
 void rp_log_close(rp_log_t *l) {
@@ -1649,7 +1845,7 @@ void rp_log_close(rp_log_t *l) {
         rp_log_abandon(l);
         return;
     }
-    if (l->fd >= 0)
+    if (l->fd >= 0 && seal(l) == RP_OK)
         rp_log_sync(l);
     release(l);
 }

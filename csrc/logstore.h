@@ -39,7 +39,12 @@
  * RP_LOG_READ_AHEAD bytes.
  *
  * Appends go through a write buffer and reach the file on flush; sync()
- * flushes and fdatasyncs.  sync_start() hands the fdatasync to a thread of
+ * flushes and fdatasyncs.  Where the file system takes O_DIRECT (the
+ * default; else buffered writes as before), a full buffer or a group commit
+ * hands the buffer to the log's thread, which writes it straight to the
+ * device (no copy into the page cache, no writeback) while the appender
+ * fills the other one; the partial last block is written again with the
+ * next buffer.  A flush still returns only once the file has the bytes.  sync_start() hands the fdatasync to a thread of
  * the log's own (group commit: the appender never waits for the disk, one
  * fdatasync covers everything flushed before it); synced_epoch() says which
  * sync completed.  A logger acknowledges only what a completed sync covers.
@@ -70,6 +75,8 @@
 #define RP_LOG_FD_CACHE 16                  /* segment files kept open for reading */
 #define RP_LOG_DAMAGED_MAX 65536            /* damaged intervals remembered per stream */
 #define RP_LOG_V0_HDR 48                    /* the old format's per-message header */
+#define RP_LOG_ALIGN 4096u                  /* direct writes: offset, length and buffer alignment */
+#define RP_LOG_WBUF (4u << 20)              /* write buffer, beyond one largest record */
 
 /* The log's read results (rp_log_read, rp_log_next). */
 enum {
@@ -152,7 +159,17 @@ typedef struct {
     uint64_t seg_limit;         /* roll over beyond this size */
     uint8_t *wbuf;
     size_t wlen, wcap;
-    uint64_t wpos;              /* file offset where wbuf starts */
+    uint64_t wpos;              /* file offset where wbuf starts (block-aligned when direct) */
+    int direct;                 /* the current segment is open O_DIRECT; its writes go via the log's thread */
+    int want_direct;            /* try O_DIRECT (rp_log_open_mode) */
+    size_t wsent;               /* direct: wbuf bytes already handed to the thread (the partial block) */
+    uint64_t wdone;             /* direct: the current segment's bytes below this are in the file */
+    uint8_t *xbuf;              /* direct: the buffer last handed to the thread ... */
+    size_t xlen;                /* ... its bytes, */
+    uint64_t xpos, xseg;        /* ... their file offset and segment (xseg UINT64_MAX: none) */
+    int xfd, xbusy, xerr;       /* the thread is writing it (under smu); the first write error */
+    int rfd;                    /* direct: a buffered descriptor to read the current segment */
+    uint64_t n_writes;          /* direct writes done */
     rp_lopen_t run;
     rp_lstream_t *streams;
     uint32_t nstreams, stcap;
@@ -193,6 +210,9 @@ typedef struct {
 /* Open (creating if needed) and recover the log in dir.  Returns 0 or a
  * negative errno-style code (-errno from the failing system call). */
 int  rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit);
+/* The same; direct 0: buffered writes even where O_DIRECT works (a log
+ * whose flush must be quick and need not be durable: fsync "never"). */
+int  rp_log_open_mode(rp_log_t *l, const char *dir, uint64_t seg_limit, int direct);
 void rp_log_close(rp_log_t *l);
 /* Close as a killed process would: records still in the write buffer (not
  * yet written to the file) are lost; what was written survives.  Tests use

@@ -41,6 +41,8 @@ def records_with_sender(path):
     pos, out = SEG_HDR, []
     while pos + HDR <= len(data):
         reclen, count, sender = struct.unpack_from("<III", data, pos + 8)
+        if reclen == 0:
+            break               # a log still open: direct writes pad its last block with zeros
         seq = struct.unpack_from("<Q", data, pos + 24)[0]
         out.append((pos, reclen, seq, count, sender))
         pos += reclen

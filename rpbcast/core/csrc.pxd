@@ -425,10 +425,12 @@ cdef extern from "logstore.h" nogil:
         rp_lstream_t *streams
         uint64_t appended, synced, bytes, runs
         uint64_t n_preads, n_syncs
+        int direct
         uint64_t rec_records, rec_runs, rec_bad, rec_truncated_bytes
         uint64_t rec_damaged_records, rec_damaged_ids, rec_damaged_bytes, rec_repaired
         uint64_t rec_converted, rd_damaged
     int rp_log_open(rp_log_t *l, const char *dir, uint64_t seg_limit)
+    int rp_log_open_mode(rp_log_t *l, const char *dir, uint64_t seg_limit, int direct)
     void rp_log_close(rp_log_t *l)
     void rp_log_abandon(rp_log_t *l)
     int64_t rp_log_find_stream(const rp_log_t *l, uint32_t sender, uint32_t inc)

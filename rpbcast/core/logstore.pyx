@@ -60,13 +60,15 @@ cdef object _iset_array(const rp_iset_t *s):
 
 cdef class LogStore:
     """Open or create the log in ``directory``.  ``segment_bytes`` is the
-    size at which a new segment file starts."""
+    size at which a new segment file starts.  ``direct``: write the
+    segments with O_DIRECT from the log's own thread where the file system
+    takes it (False: through the page cache, a flush only a copy)."""
 
-    def __cinit__(self, directory, uint64_t segment_bytes=64 << 20):
+    def __cinit__(self, directory, uint64_t segment_bytes=64 << 20, bint direct=True):
         self.opened = False
         path = os.fsencode(os.fspath(directory))
         self.path = os.fsdecode(path)
-        cdef int rc = rp_log_open(&self.l, path, segment_bytes)
+        cdef int rc = rp_log_open_mode(&self.l, path, segment_bytes, direct)
         if rc == RP_ENOMEM:
             raise MemoryError()
         if rc < 0:
@@ -300,7 +302,7 @@ cdef class LogStore:
     def stats(self):
         self._check()
         return {"segments": self.l.nsegs, "appended": self.l.appended, "synced": self.l.synced,
-                "bytes": self.l.bytes, "runs": self.l.runs, "syncs": self.l.n_syncs,
+                "bytes": self.l.bytes, "runs": self.l.runs, "syncs": self.l.n_syncs, "direct": bool(self.l.direct),
                 "preads": self.l.n_preads, "recovered_records": self.l.rec_records,
                 "recovered_bad_segments": self.l.rec_bad,
                 "recovered_truncated_bytes": self.l.rec_truncated_bytes,

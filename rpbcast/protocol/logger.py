@@ -62,7 +62,9 @@ class LoggerRole(Extension):
         cfg = ctx.cfg
         now = ctx.now
         if self.log is None:
-            self.log = LogStore(cfg.log_dir)
+            # fsync "never" acknowledges at a flush: a direct write would
+            # make every flush wait for the device
+            self.log = LogStore(cfg.log_dir, direct=cfg.fsync != "never")
         node = ctx.node
         node.attach_log(self.log)
         node.enable_catchup(cfg.catchup_rate)
