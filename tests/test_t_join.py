@@ -91,8 +91,9 @@ def test_ids_published_before_the_first_join_are_not_the_joiners():
 
 def test_a_sponsor_answers_with_its_vector_as_of_the_first_join():
     """The vector as of ``asked`` ago: the newest sample at or before then;
-    a stream with nothing by then is left out (taken whole); an age
-    beyond the history takes each stream's oldest sample."""
+    a stream with nothing by then is left out (taken whole); an ask from
+    before this member started gets no vector; an age beyond the history
+    kept takes each stream's oldest sample."""
     g = Group(2, senders=[1])
     e1 = g.E[1]
     grp = e1.group
@@ -107,10 +108,11 @@ def test_a_sponsor_answers_with_its_vector_as_of_the_first_join():
     assert grp.vector_as_of(now, 0)[own] == 6
     assert own not in grp.vector_as_of(now, now - t_before + 1)     # nothing published by then
     assert grp.vector_as_of(now, int(0.1 * NS))[own] == 6
-    assert grp.vector_as_of(now, 100 * NS).get(own) in (None, 6)    # beyond the history
+    assert grp.vector_as_of(now, 100 * NS) is None                  # from before we started
     # the history stays bounded however long the node runs
     g.net.run(5.0)
     assert len(grp._vectors) <= int((1.5 + 0.2) / 0.05) + 3
+    assert grp.vector_as_of(g.net.now, 3 * NS)[own] == 6           # older than the history kept
 
 
 def test_a_vector_in_several_parts_is_taken_whole():
@@ -139,3 +141,39 @@ def test_a_vector_in_several_parts_is_taken_whole():
     g.net.run(0.5)
     g.drain()
     assert sorted(k[0] for k in g.got[n]) == [1, 60, 100]
+
+
+def test_a_sponsor_that_started_after_the_first_join_sends_no_vector():
+    """Member 3 starts after member 2 began asking, and after the first
+    ids were published: its vector would start at what it first saw,
+    skipping ids member 2 lost before.  It answers without a vector and
+    member 2 takes t_join from member 1, whose samples reach back."""
+    g = Group(3, senders=[1])
+    g.net.crash(2)
+    g.net.crash(3)
+    g.net.run(0.3)
+    joins = {1: 0, 3: 0}
+
+    def drop(src, dst, data):
+        msgs = types_in(data)
+        if src == 2 and dst in joins and any(m.type == T.JOIN for m in msgs):
+            joins[dst] += 1
+            return dst == 1 and joins[1] == 1           # its first JOIN (to member 1) is lost
+        return dst == 2 and any(m.type == T.DATA and m.seq == 0 for m in msgs)
+    g.net.drop_filter = drop
+    e2 = late_start(g, 2, inc=2)
+    g.net.run(0.005)
+    e1 = g.E[1]
+    for _ in range(5):
+        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
+    g.target[1] = 5
+    g.net.flush(1)
+    g.net.run(0.005)
+    late_start(g, 3, inc=2)
+    assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
+    assert joins[3] >= 1 and joins[1] >= 2             # asked member 3, then member 1 again
+    g.net.drop_filter = None
+    g.net.run(1.0)
+    g.drain()
+    assert sorted(q for (s, i, q) in g.got[2] if s == 1) == [0, 1, 2, 3, 4]
+    assert set(g.got[2].values()) == {1}

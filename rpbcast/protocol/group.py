@@ -136,6 +136,8 @@ class Group(StaticGroup):
         self._vectors = deque()
         self._vector_keep = _ns(VECTOR_HISTORY)
         self.next_sample = now
+        self._started = now
+        self._trimmed = False               # samples older than the history dropped
 
     def handlers(self):
         return {T.JOIN: self.on_join, T.LEAVE: self.on_leave, T.MEMBERS: self.on_members}
@@ -313,7 +315,8 @@ class Group(StaticGroup):
         # as of the joiner's first JOIN (aux: how long it has been asking, us).
         self.send_members(src, self.members.entries(), wire.F_REPLY)
         vec = self.vector_as_of(now, aux * 1000)
-        self.e.heartbeats.send_list(src, [(s, i, q) for (s, i), q in vec.items()], wire.F_REPLY, HB_VECTOR)
+        if vec is not None:         # (None: we started after it began asking -- it asks another)
+            self.e.heartbeats.send_list(src, [(s, i, q) for (s, i), q in vec.items()], wire.F_REPLY, HB_VECTOR)
 
     # ------------------------------------------------------------------ t_join vectors
     def _vector_now(self):
@@ -330,6 +333,7 @@ class Group(StaticGroup):
         # keep one sample at or beyond the horizon: it answers the oldest ask
         while len(v) > 2 and now - v[1][0] >= self._vector_keep:
             v.popleft()
+            self._trimmed = True
         self.next_sample = now + self._join_ns
 
     def vector_as_of(self, now, asked_ns):
@@ -337,19 +341,25 @@ class Group(StaticGroup):
         joiner's first JOIN -- from the newest sample at or before then
         (never a later one: that would hand the joiner's first ids, lost in
         the network meanwhile, to nobody).  A stream with no id by then is
-        left out: the joiner takes it whole.  Where the samples do not
-        reach back that far (we started later), a stream takes its oldest
-        sample.  What the joiner gets in excess is the ids of at most one
-        sampling interval before it started."""
+        left out: the joiner takes it whole.  An ask older than the history
+        kept (VECTOR_HISTORY) takes each stream's oldest sample.  What the
+        joiner gets in excess is the ids of at most one sampling interval
+        before it started.  None when we started (or took our first
+        sample) after the joiner began asking: what the streams had then
+        is not ours to say -- it asks another member."""
         cur = self._vector_now()
-        if asked_ns <= 0 or not self._vectors:
+        if asked_ns <= 0:
             return cur
         t = now - asked_ns
+        if t < self._started:
+            return None
         then = None                          # the newest sample at or before t
         for ts, vec in self._vectors:
             if ts > t:
                 break
             then = vec
+        if then is None and not self._trimmed:
+            return None
         out = {}
         for key, q in cur.items():
             if then is not None:
