@@ -177,3 +177,35 @@ def test_a_sponsor_that_started_after_the_first_join_sends_no_vector():
     g.drain()
     assert sorted(q for (s, i, q) in g.got[2] if s == 1) == [0, 1, 2, 3, 4]
     assert set(g.got[2].values()) == {1}
+
+
+def test_a_cold_start_does_not_wait_out_the_asking_time():
+    """Member 1 starts alone and asks for t_join; member 2 starts later
+    and can only say it was not running then.  Every member member 1
+    could ask says so: nobody else ran when it started, it takes every
+    stream whole at once -- not after the asking second, during which it
+    would not pull (a lost message repaired a second late)."""
+    g = Group(2, senders=[2])
+    g.net.crash(1)
+    g.net.crash(2)
+    g.net.run(0.3)
+    e1 = late_start(g, 1, inc=2)
+    g.net.run(0.2)
+    assert e1.group.wants_t_join()                   # nobody to answer yet
+    t_up = g.net.now
+    e2 = late_start(g, 2, inc=2)
+    assert g.net.run_until_true(lambda net: not e1.group.wants_t_join(), timeout=2)
+    assert g.net.now - t_up < 0.15 * NS, (g.net.now - t_up) / 1e6
+    # and member 2's first message, lost to member 1, is pulled at once
+    g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
+    g.net.drop_filter = lambda src, dst, data: dst == 1 and any(
+        m.type == T.DATA and m.seq == 0 for m in types_in(data))
+    for _ in range(3):
+        e2.publish(payload(2, e2.inc, e2.node.next_seq), now=g.net.now)
+    g.target[2] = 3
+    g.net.flush(2)
+    g.net.run(0.05)
+    g.net.drop_filter = None
+    g.net.run(0.1)
+    g.drain()
+    assert sorted(q for (s, i, q) in g.got[1] if s == 2) == [0, 1, 2]

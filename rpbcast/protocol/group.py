@@ -44,6 +44,9 @@ ASK_T_JOIN_FOR = 1.0      # s: a member started late asks this long for t_join
 # answer is the vector as of then, not as of the answer.
 VECTOR_HISTORY = ASK_T_JOIN_FOR + 0.5
 MAX_ASKING_US = (1 << 32) - 1
+# HBLIST VECTOR aux of a sponsor that started after its joiner began asking:
+# no entries, "I was not running then" (no list has 2^32-1 entries).
+LATE_SPONSOR = (1 << 32) - 1
 # How far ahead of the freshness we hold a third party (not the member, not
 # a logger) may move a member's entry: a member counts one per join, leave
 # or announcement, and a relayed entry is at most a few steps ahead; a key
@@ -130,6 +133,7 @@ class Group(StaticGroup):
         self._asked = 0
         self._asking_since = now        # our first JOIN of this join (its age rides in each JOIN)
         self._vector_from, self._vector_left = None, 0   # the answer's parts still to take
+        self._late = set()                  # members that started after we began asking
         # (time, {(id, inc): last seq}) every join_interval, oldest first:
         # t_join for a joiner whose first JOINs were lost or went to a
         # member not up yet (ids published since it began asking are its)
@@ -315,8 +319,10 @@ class Group(StaticGroup):
         # as of the joiner's first JOIN (aux: how long it has been asking, us).
         self.send_members(src, self.members.entries(), wire.F_REPLY)
         vec = self.vector_as_of(now, aux * 1000)
-        if vec is not None:         # (None: we started after it began asking -- it asks another)
+        if vec is not None:
             self.e.heartbeats.send_list(src, [(s, i, q) for (s, i), q in vec.items()], wire.F_REPLY, HB_VECTOR)
+        else:                       # we started after it began asking: it asks another member
+            self.emit(src, T.HBLIST, b"", wire.F_REPLY | HB_VECTOR, aux=LATE_SPONSOR)
 
     # ------------------------------------------------------------------ t_join vectors
     def _vector_now(self):
@@ -378,9 +384,25 @@ class Group(StaticGroup):
         the other parts of the same answer (aux: the whole list's size),
         which would otherwise count as heartbeats of streams started at 0."""
         if self.wants_t_join():
+            if total == LATE_SPONSOR:
+                self._late_sponsor(source)
+                return False
             self._vector_from, self._vector_left = source, total
             return True
         return source == self._vector_from and self._vector_left > 0
+
+    def _late_sponsor(self, source):
+        """A member that started after we began asking: it cannot say what
+        the streams had then.  When every member we could ask says so,
+        nobody else was running when we started: every stream is ours,
+        whole -- now, not when the asking time runs out (a member
+        waiting for t_join does not pull: at a cold start its repairs would
+        wait a second)."""
+        self._late.add(source)
+        if self._ask_until is None:
+            return
+        if all(m.node_id in self._late for m in self._sponsor_candidates()):
+            self.take_t_join([])
 
     def ask_t_join(self, now: int, ask_for: float = ASK_T_JOIN_FOR):
         """A static member that starts while the group may be running (a
@@ -397,6 +419,7 @@ class Group(StaticGroup):
             return
         self._ask_until = now + _ns(ask_for)
         self._asking_since = now
+        self._late = set()
         self.status = PENDING_JOIN
         self.t_join_taken = False
         self._ask_tick(now)                 # the first JOIN at once
