@@ -3,8 +3,8 @@
 
     python bench/bench_auth.py [--reps 5] [--duration 2] [--json out.json]
     python bench/bench_auth.py --compare encrypt ...   # MAC only ("off") vs MAC + encryption ("on")
-    python bench/bench_auth.py --baseline /work/main ... # also "base": keyed, another checkout's build
-    python bench/bench_auth.py --cpu [--baseline /work/main] [--reps 5] [--n 400000]
+    python bench/bench_auth.py --baseline ../main ... # also "base": keyed, another checkout's build
+    python bench/bench_auth.py --cpu [--baseline ../main] [--reps 5] [--n 400000]
 
 --cpu measures what a loaded machine can resolve: the CPU time (user +
 system) per delivered 64 B message of one process holding a sender and a
