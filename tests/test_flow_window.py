@@ -117,16 +117,27 @@ def test_a_stopped_receiver_holds_the_flow_window_until_it_acks_again():
             tx.close(report=False)
 
 
+def _take_all(rx, W, how):
+    if how == "recv_batch":
+        assert rx.recv_batch(W).count == W
+        return
+    for _ in range(W):       # Node.receive's lone-message path (plain ints, not arrays)
+        assert rx.receive(timeout=5) is not None
+
+
 @pytest.mark.netns
 @pytest.mark.timeout(120)
-def test_the_flow_window_bounds_what_the_application_has_not_taken_and_a_take_reopens_it():
+@pytest.mark.parametrize("how", ["recv_batch", "receive"])
+def test_the_flow_window_bounds_what_the_application_has_not_taken_and_a_take_reopens_it(how):
     """The whole path from publish to the receiving application is in
     flight: a receiver whose node has every message but whose application
     has taken none holds the sender at the window (main acknowledged what
     the loop received, so the window reopened while the messages queued up
     in the receiver -- the latency the window is for).  The take itself
     sends the acknowledgment (no loop turn, no timer): the sender's
-    wait_writable returns."""
+    wait_writable returns -- by recv_batch and by Node.receive, whose lone
+    message takes a path of its own (without the acknowledgment a
+    subscriber reading with receive() held its sender for good)."""
     from rpbcast import Node
     W = 512
     kw = dict(flow_control="loggers", flow_window=W, flow_ack_timeout=30.0)
@@ -145,40 +156,8 @@ def test_the_flow_window_bounds_what_the_application_has_not_taken_and_a_take_re
             with pytest.raises(BlockingIOError):
                 tx.publish(b"x" * 64)
             before = rx.engine.node.flow_stats()["acks_sent"]
-            assert rx.recv_batch(W).count == W
+            _take_all(rx, W, how)
             assert rx.engine.node.flow_stats()["acks_sent"] > before   # sent by the take itself
-            assert tx.wait_writable(10.0)
-            assert tx.publish(b"y" * 64) == W
-        finally:
-            rx.close(report=False)
-            tx.close(report=False)
-
-
-@pytest.mark.netns
-@pytest.mark.timeout(120)
-def test_messages_taken_one_by_one_with_receive_reopen_the_flow_window():
-    """Node.receive takes a lone message by a path of its own (plain ints,
-    not arrays): it acknowledges what it took like recv_batch does, or a
-    subscriber reading with receive() would hold its sender at the window
-    for good."""
-    from rpbcast import Node
-    W = 256
-    kw = dict(flow_control="loggers", flow_window=W, flow_ack_timeout=30.0)
-    with netns.namespace() as ns, netns.entered(ns):
-        tx, rx = Node(_cfg(1, PORT + 24, **kw)), Node(_cfg(2, PORT + 24, **kw))
-        try:
-            time.sleep(0.2)
-            lens, buf = np.full(128, 64, np.uint32), np.zeros(128 * 64, np.uint8)
-            assert sum(tx.publish_batch(buf, lens) for _ in range(4)) == W
-            deadline = time.monotonic() + 10
-            while rx.transport.pending() < W and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert not tx.wait_writable(0.3)
-            got = 0
-            while got < W:
-                m = rx.receive(timeout=5)
-                assert m is not None
-                got += 1
             assert tx.wait_writable(10.0)
             assert tx.publish(b"y" * 64) == W
         finally:

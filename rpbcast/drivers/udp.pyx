@@ -612,6 +612,21 @@ cdef class Transport:
         d.copy_streams(streams, k)
         return d.result(k)
 
+    cdef size_t _take_into(self, Deliveries d, size_t max_n, uint8_t[::1] buf):
+        """Up to max_n deliveries into d's columns, under the node lock; the
+        take acknowledges what it took to the flow window at once (every
+        application take goes through here, so none is left out)."""
+        cdef size_t k
+        with nogil:
+            rp_loop_lock(&self.loop)
+            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
+                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
+                                buf.shape[0], rp_now_ns())
+            if k:
+                rp_loop_after_take(&self.loop)
+            rp_loop_unlock(&self.loop)
+        return k
+
     def take(self, size_t max_n, uint8_t[::1] buf not None):
         """recv_batch for the application's calls: (count, senders, incs,
         seqs, labels, rx_times, offs, lens, streams), arrays of count
@@ -623,20 +638,10 @@ cdef class Transport:
         if not max_n:
             return _NO_DELIVERIES
         cdef Deliveries d = _scratch(max_n)
-        cdef size_t k
-        with nogil:
-            rp_loop_lock(&self.loop)
-            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
-                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
-                                buf.shape[0], rp_now_ns())
-            if k:
-                rp_loop_after_take(&self.loop)     # the flow window acknowledges what was taken
-            rp_loop_unlock(&self.loop)
+        cdef size_t k = self._take_into(d, max_n, buf)
         if not k:
             return _NO_DELIVERIES
-        r = d.result(k)
-        return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
-                r[7].copy(), d.streams[:k].copy())
+        return _copied(d, k)
 
     def take_receive(self, size_t max_n, uint8_t[::1] buf not None):
         """take for Node.receive: the same, but one message comes back as
@@ -646,22 +651,12 @@ cdef class Transport:
         if not max_n:
             return _NO_DELIVERIES
         cdef Deliveries d = _scratch(max_n)
-        cdef size_t k
-        with nogil:
-            rp_loop_lock(&self.loop)
-            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
-                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
-                                buf.shape[0], rp_now_ns())
-            if k:
-                rp_loop_after_take(&self.loop)     # the flow window acknowledges what was taken
-            rp_loop_unlock(&self.loop)
+        cdef size_t k = self._take_into(d, max_n, buf)
         if not k:
             return _NO_DELIVERIES
         if k == 1:
             return (1, d.s_[0], d.i_[0], d.q_[0], d.b_[0], d.t_[0], d.o_[0], d.l_[0], d.st_[0])
-        r = d.result(k)
-        return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
-                r[7].copy(), d.streams[:k].copy())
+        return _copied(d, k)
 
     def pending(self):
         cdef uint64_t k
@@ -790,3 +785,11 @@ def _fmt(uint32_t ip, uint16_t port):
 def _fmt6(bytes ip, uint16_t port):
     import ipaddress
     return f"[{ipaddress.IPv6Address(ip)}]:{port}"
+
+
+cdef tuple _copied(Deliveries d, size_t k):
+    """The first k entries of d's columns, copied out (d is per-thread
+    scratch, reused by the next take)."""
+    r = d.result(k)
+    return (k, r[1].copy(), r[2].copy(), r[3].copy(), r[4].copy(), r[5].copy(), r[6].copy(),
+            r[7].copy(), d.streams[:k].copy())
