@@ -14,39 +14,17 @@ import time
 
 import pytest
 
-from rpbcast import Config, ConfigError, MemberSpec
-from rpbcast.api import Node
+from rpbcast import Config, ConfigError
 from rpbcast.tools import netns
-from ports import free_port
+import nodepair
+from nodepair import close, take
 
 pytestmark = pytest.mark.timeout(120)
 needs_ns = pytest.mark.netns
 
 
 def pair(transport="multicast", **kw):
-    """Node 1 publishes, node 2 receives."""
-    ports = {1: free_port(), 2: free_port()}
-    specs = [MemberSpec(i, f"127.0.0.1:{p}") for i, p in ports.items()]
-    nodes = {}
-    for i, p in ports.items():
-        cfg = dict(node_id=i, bind=f"127.0.0.1:{p}", members=specs, transport=transport,
-                   gossip_interval=0.02, group_addr=f"239.255.92.{1 + ports[1] % 200}:{ports[1] + 1000}")
-        cfg.update(kw)
-        nodes[i] = Node(Config(**cfg))
-    return nodes[1], nodes[2]
-
-
-def close(*nodes):
-    for n in nodes:
-        n.close(linger=0)
-
-
-def take(node, got, timeout):
-    m = node.receive(timeout=timeout)
-    if m is not None:
-        assert bytes(m.payload) == b"m%d" % m.seq
-        got[m.seq] = got.get(m.seq, 0) + 1
-    return m
+    return nodepair.pair(transport, group="239.255.92", **kw)
 
 
 @pytest.mark.parametrize("kw,key", [
