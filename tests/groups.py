@@ -66,6 +66,16 @@ class Group:
 
         net.at(net.now + int(start_delay * NS), go)
 
+    def publish_now(self, count, sender=None):
+        """`count` messages from `sender` (the first sender by default) at the
+        current virtual time, handed to the network at once."""
+        s = self.senders[0] if sender is None else sender
+        e = self.E[s]
+        for _ in range(count):
+            e.publish(payload(s, e.inc, e.node.next_seq), now=self.net.now)
+        self.target[s] = self.target.get(s, 0) + count
+        self.net.flush(s)
+
     def drain(self):
         for i in self.receivers():
             for d in self.E[i].recv(now=self.net.now):

@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from groups import Group, payload
+from groups import Group
 from rpbcast.core import wire
 from rpbcast.core.node import DEST_MCAST
 from rpbcast.drivers.memnet import NS
@@ -26,13 +26,7 @@ def msgs_of(data, type_):
 
 
 def publish_now(g, count, sender=1):
-    """Publish `count` messages at the current virtual time and hand them to the network."""
-    e = g.E[sender]
-    for _ in range(count):
-        seq = e.node.next_seq
-        e.publish(payload(sender, e.inc, seq), now=g.net.now)
-    g.target[sender] = g.target.get(sender, 0) + count
-    g.net.flush(sender)
+    g.publish_now(count, sender)
 
 
 def delivered_at(g, key, node, step=0.00005, timeout=1.0):

@@ -4,7 +4,7 @@ JOINs are lost or go to a member that is not up -- not only for what
 follows the answer that finally came back (issue 13: a static member
 started just before its publisher lost the first ids lost in the network,
 skipped as "before t_join")."""
-from groups import Group, payload
+from groups import Group
 from rpbcast.core import wire
 from rpbcast.drivers.memnet import NS
 
@@ -40,11 +40,7 @@ def test_ids_lost_before_a_retried_join_answer_are_still_the_joiners():
     e2 = late_start(g, 2, inc=2)
     assert e2.group.wants_t_join()
     g.net.run(0.01)
-    e1 = g.E[1]
-    for _ in range(10):
-        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
-    g.target[1] = 10
-    g.net.flush(1)
+    g.publish_now(10)
     assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
     assert len(joins) >= 2                          # the answer came to a later JOIN
     g.net.drop_filter = None
@@ -61,10 +57,7 @@ def test_ids_published_before_the_first_join_are_not_the_joiners():
     started asking is skipped, not pulled -- however late the answer."""
     g = Group(3, senders=[1])
     g.net.crash(3)
-    e1 = g.E[1]
-    for _ in range(50):
-        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
-    g.net.flush(1)
+    g.publish_now(50)
     g.net.run(0.3)
     joins = []
 
@@ -76,9 +69,7 @@ def test_ids_published_before_the_first_join_are_not_the_joiners():
     g.net.drop_filter = drop
     e2 = late_start(g, 2, inc=2)
     g.net.run(0.12)                                 # more than a sampling interval later
-    for _ in range(5):
-        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
-    g.net.flush(1)
+    g.publish_now(5)
     assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
     assert len(joins) >= 3
     g.net.drop_filter = None
@@ -99,9 +90,7 @@ def test_a_sponsor_answers_with_its_vector_as_of_the_first_join():
     grp = e1.group
     g.net.run(0.2)
     t_before = g.net.now
-    for _ in range(7):
-        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
-    g.net.flush(1)
+    g.publish_now(7)
     g.net.run(0.2)
     now = g.net.now
     own = (1, e1.inc)
@@ -122,10 +111,7 @@ def test_a_vector_in_several_parts_is_taken_whole():
     n = 110                                          # > one part's ~88 entries at mtu 1472
     g = Group(n, senders=list(range(1, n + 1)), gossip_interval=0.1)
     for s in range(1, n + 1):
-        e = g.E[s]
-        for _ in range(2):
-            e.publish(payload(s, e.inc, e.node.next_seq), now=g.net.now)
-        g.net.flush(s)
+        g.publish_now(2, s)
     g.net.run(0.5)
     e2 = late_start(g, n, inc=2)
     assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
@@ -135,9 +121,7 @@ def test_a_vector_in_several_parts_is_taken_whole():
     assert before == [], f"{len(before)} messages from before the start delivered"
     # and what follows is delivered, from every stream
     for s in (1, 60, 100):
-        e = g.E[s]
-        e.publish(payload(s, e.inc, e.node.next_seq), now=g.net.now)
-        g.net.flush(s)
+        g.publish_now(1, s)
     g.net.run(0.5)
     g.drain()
     assert sorted(k[0] for k in g.got[n]) == [1, 60, 100]
@@ -163,11 +147,7 @@ def test_a_sponsor_that_started_after_the_first_join_sends_no_vector():
     g.net.drop_filter = drop
     e2 = late_start(g, 2, inc=2)
     g.net.run(0.005)
-    e1 = g.E[1]
-    for _ in range(5):
-        e1.publish(payload(1, e1.inc, e1.node.next_seq), now=g.net.now)
-    g.target[1] = 5
-    g.net.flush(1)
+    g.publish_now(5)
     g.net.run(0.005)
     late_start(g, 3, inc=2)
     assert g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
@@ -200,10 +180,7 @@ def test_a_cold_start_does_not_wait_out_the_asking_time():
     g.net.run_until_true(lambda net: not e2.group.wants_t_join(), timeout=2)
     g.net.drop_filter = lambda src, dst, data: dst == 1 and any(
         m.type == T.DATA and m.seq == 0 for m in types_in(data))
-    for _ in range(3):
-        e2.publish(payload(2, e2.inc, e2.node.next_seq), now=g.net.now)
-    g.target[2] = 3
-    g.net.flush(2)
+    g.publish_now(3)
     g.net.run(0.05)
     g.net.drop_filter = None
     g.net.run(0.1)
