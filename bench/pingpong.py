@@ -77,22 +77,15 @@ def config(node_id, args):
     # left out unless asked, so this file also runs against older trees
     if args.loop_receive:
         extra["app_receive"] = False
-    if args.spin_us is not None:
-        extra["receive_spin_us"] = args.spin_us
     if args.no_own_filter:
         extra["drop_own_copy"] = False
-    if args.loop_cpu is not None:
-        extra["loop_cpu"] = args.loop_cpu
-    if args.tail_probe is not None:
-        extra["tail_probe"] = args.tail_probe
-    if args.flow_window is not None:
-        extra["flow_window"] = args.flow_window
-    if args.receive_mode is not None:
-        extra["receive_mode"] = args.receive_mode
     if args.busy_poll:
         extra["busy_poll"] = True
-    if args.busy_poll_us is not None:
-        extra["busy_poll_us"] = args.busy_poll_us
+    for opt, key in (("spin_us", "receive_spin_us"), ("loop_cpu", "loop_cpu"), ("tail_probe", "tail_probe"),
+                     ("flow_window", "flow_window"), ("receive_mode", "receive_mode"),
+                     ("busy_poll_us", "busy_poll_us")):
+        if getattr(args, opt) is not None:
+            extra[key] = getattr(args, opt)
     ips = {PING: "127.0.0.1", PONG: "127.0.0.1"}
     hosts = os.environ.get("PINGPONG_HOSTS")         # --loss --hosts: each end its own host (eth0)
     if hosts:
