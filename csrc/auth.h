@@ -113,12 +113,21 @@ int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub);
 uint64_t rp_auth_signatures(const rp_auth_t *a);
 
 uint64_t rp_auth_sealed(const rp_auth_t *a);
-/* Whether seal and open use gcmfast.h (1) or OpenSSL's EVP (0).  set_fast
- * asks for it (on) or forces EVP (off, for tests and benchmarks); it can
- * only turn on what rp_auth_new found agreeing with OpenSSL.  Returns the
- * new state. */
-int rp_auth_fast(const rp_auth_t *a);
-int rp_auth_set_fast(rp_auth_t *a, int on);
+/* Which engine seals and opens (every one computes the same AES-128-GCM
+ * and GMAC, so they interoperate): */
+#define RP_MAC_OPENSSL 0    /* OpenSSL's EVP: everywhere (the fallback) */
+#define RP_MAC_IPSECMB 1    /* intel-ipsec-mb (gcmlib.h): the default where usable */
+#define RP_MAC_DIRECT  2    /* this project's VAES code (gcmfast.h): opt-in */
+int rp_auth_impl(const rp_auth_t *a);
+/* Whether an engine can run under this context's keys: in the build, on
+ * this CPU, and agreeing with OpenSSL under every key (rp_auth_new checks). */
+int rp_auth_impl_available(const rp_auth_t *a, int impl);
+/* Switch engines (tests, benchmarks, Config.mac_impl): 0, or -1 and no
+ * change when that engine is not available. */
+int rp_auth_set_impl(rp_auth_t *a, int impl);
+const char *rp_auth_impl_name(int impl);
+/* intel-ipsec-mb's version and code path ("1.3.0 avx512+vaes"), "" if none. */
+const char *rp_auth_lib_describe(void);
 const rp_replay_t *rp_auth_replay(const rp_auth_t *a);
 uint64_t rp_auth_arena_full(const rp_auth_t *a);
 
