@@ -9,11 +9,6 @@
  * csrc/auth.c seals with Config.encrypt), "sign" (Ed25519 sign and verify
  * of a control datagram: the identity design in docs/security.md).
  *
- * "direct": this project's VAES/VPCLMULQDQ/AVX-512 code (csrc/gcmfast.c,
- * Config.mac_impl "direct") against EVP, GMAC and GCM, alternating in the
- * run; the datagram sizes are those of a keyed datagram of 16 x 64 B
- * messages (1457 B: 1432 B MACed) and a PING.
- *
  * "engines": every way to compute the datagram MAC from a maintained
  * library, seal (tag) and verify (tag + constant-time compare), ns per
  * datagram of 64, 512 and 1472 B (the MACed bytes: all but the 25-byte
@@ -25,12 +20,11 @@
  *                 CRYPTO_gcm128_*; its GHASH is OpenSSL's CLMUL/AVX
  *                 assembly), AES by a kept EVP AES-128-ECB context (AES-NI)
  *   ipsec-mb      intel-ipsec-mb's AES-128-GCM (csrc/gcmlib.c, the default)
- *   direct        csrc/gcmfast.c
  *   sodium-aes256 libsodium's AES-256-GCM, precomputed state (not the
  *                 wire's algorithm: for scale)
  *
- *   cc -O2 -Icsrc -DRP_HAVE_IPSECMB bench/bench_auth.c csrc/gcmfast.c csrc/gcmlib.c \
- *      -lIPSec_MB -lsodium -lcrypto -o /tmp/bench_auth && /tmp/bench_auth [mac|encrypt|sign|direct|engines]
+ *   cc -O2 -Icsrc -DRP_HAVE_IPSECMB bench/bench_auth.c csrc/gcmlib.c \
+ *      -lIPSec_MB -lsodium -lcrypto -o /tmp/bench_auth && /tmp/bench_auth [mac|encrypt|sign|engines]
  * (without intel-ipsec-mb drop -DRP_HAVE_IPSECMB and -lIPSec_MB; without
  * libsodium's header its row is left out, then drop -lsodium)
  */
@@ -43,7 +37,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "gcmfast.h"
 #include "gcmlib.h"
 #if __has_include(<sodium.h>)
 #include <sodium.h>
@@ -176,51 +169,6 @@ static EVP_MAC_CTX *mac_ctx(const char *alg, const char *digest, const char *cip
     return c;
 }
 
-static rp_gcmfast_key_t fkey;
-static void direct_gmac(const uint8_t *p, size_t n, uint64_t ctr) {
-    uint8_t iv[12] = {0};
-    memcpy(iv + 4, &ctr, 8);
-    rp_gcmfast_gmac(&fkey, iv, p, n, tag);
-}
-static void direct_gcm(const uint8_t *p, size_t n, uint64_t ctr) {
-    uint8_t iv[12] = {0};
-    memcpy(iv + 4, &ctr, 8);
-    uint8_t *q = (uint8_t *)p;
-    rp_gcmfast_encrypt(&fkey, iv, q, 24, q + 24, q + 24, n - 24, tag);
-}
-
-/* ns per datagram of n bytes, best of 5 x iters. */
-static double best_of(mac_fn f, size_t n, size_t iters) {
-    double best = 1e18;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_ns();
-        for (size_t i = 0; i < iters; i++)
-            f(buf, n, i);
-        double per = (now_ns() - t0) / (double)iters;
-        if (per < best)
-            best = per;
-    }
-    return best;
-}
-
-static void direct(void) {
-    if (!rp_gcmfast_available()) {
-        printf("direct path: this CPU lacks VAES/VPCLMULQDQ/AVX-512\n");
-        return;
-    }
-    rp_gcmfast_init(&fkey, key);
-    static const struct { const char *name; mac_fn evp, fast; } c[2] = {
-        {"GMAC (MAC only)", gmac, direct_gmac}, {"GCM (encrypt) ", gcm_enc, direct_gcm}};
-    size_t sizes[2] = {1432, 96};
-    for (int r = 0; r < 2; r++)             /* alternating, same run */
-        for (int k = 0; k < 2; k++)
-            for (int s = 0; s < 2; s++) {
-                double e = best_of(c[k].evp, sizes[s], 200000), d = best_of(c[k].fast, sizes[s], 200000);
-                printf("%s %4zu B   EVP %6.1f ns   direct %6.1f ns   direct/EVP %.2f\n", c[k].name,
-                       sizes[s], e, d, d / e);
-            }
-}
-
 /* ---- "engines" ------------------------------------------------------- */
 
 typedef struct {
@@ -286,30 +234,18 @@ static int lib_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[
     return CRYPTO_memcmp(x, t, 16) == 0;
 }
 
-static rp_gcmfast_key_t dkey __attribute__((aligned(64)));
-static void dir_seal(const uint8_t *p, size_t n, uint64_t ctr, uint8_t t[16]) {
-    uint8_t iv[12];
-    iv12(iv, ctr);
-    rp_gcmfast_gmac(&dkey, iv, p, n, t);
-}
-static int dir_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[16]) {
-    uint8_t x[16];
-    dir_seal(p, n, ctr, x);
-    return CRYPTO_memcmp(x, t, 16) == 0;
-}
-
 #ifdef HAVE_SODIUM
 static crypto_aead_aes256gcm_state sst;
 static void sod_seal(const uint8_t *p, size_t n, uint64_t ctr, uint8_t t[16]) {
-    uint8_t iv[12];
+    uint8_t iv[12], none[1] = {0};
     unsigned long long ml;
     iv12(iv, ctr);
-    crypto_aead_aes256gcm_encrypt_detached_afternm(NULL, t, &ml, NULL, 0, p, n, NULL, iv, &sst);
+    crypto_aead_aes256gcm_encrypt_detached_afternm(none, t, &ml, none, 0, p, n, NULL, iv, &sst);
 }
 static int sod_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[16]) {
-    uint8_t iv[12];
+    uint8_t iv[12], none[1] = {0};
     iv12(iv, ctr);
-    return crypto_aead_aes256gcm_decrypt_detached_afternm(NULL, NULL, NULL, 0, t, p, n, iv, &sst) == 0;
+    return crypto_aead_aes256gcm_decrypt_detached_afternm(none, NULL, none, 0, t, p, n, iv, &sst) == 0;
 }
 #endif
 
@@ -329,10 +265,6 @@ static void engines(void) {
         e[ne++] = (engine_t){"ipsec-mb", lib_seal, lib_verify};
     else
         printf("ipsec-mb: not in this build or not on this CPU\n");
-    if (rp_gcmfast_available()) {
-        rp_gcmfast_init(&dkey, key);
-        e[ne++] = (engine_t){"direct", dir_seal, dir_verify};
-    }
 #ifdef HAVE_SODIUM
     if (sodium_init() >= 0 && crypto_aead_aes256gcm_is_available()) {
         crypto_aead_aes256gcm_beforenm(&sst, key);
@@ -408,8 +340,6 @@ int main(int argc, char **argv) {
     }
     if (all || !strcmp(part, "sign"))
         ed25519();
-    if (all || !strcmp(part, "direct"))
-        direct();
     if (all || !strcmp(part, "engines"))
         engines();
     if (!all && strcmp(part, "mac"))

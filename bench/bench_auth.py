@@ -7,7 +7,7 @@
     python bench/bench_auth.py --cpu [--impls ...] [--baseline ../main] [--reps 5] [--n 400000]
 
 --impls: the MAC engines measured keyed (Config.mac_impl: ipsec-mb,
-openssl, direct, auto), each a mode of its own beside "off" (unkeyed) in
+openssl, auto), each a mode of its own beside "off" (unkeyed) in
 every rep; default: the engine "auto" picks here ("on").
 
 --cpu measures what a loaded machine can resolve: the CPU time (user +
@@ -208,7 +208,7 @@ def main():
     ap.add_argument("--baseline", help="a checkout whose build runs as a third mode, 'base' (keyed)")
     ap.add_argument("--cpu", action="store_true",
                     help="CPU time per message (one process, two nodes) instead of the stress job's rate")
-    ap.add_argument("--cpu-one", choices=["off", "on", "auto", "ipsec-mb", "openssl", "direct"],
+    ap.add_argument("--cpu-one", choices=["off", "on", "auto", "ipsec-mb", "openssl"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--impls", default="on",
                     help="comma-separated MAC engines measured keyed (Config.mac_impl), each a mode")

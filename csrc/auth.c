@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gcmfast.h"
 #include "gcmlib.h"
 #include "wire.h"
 
@@ -23,10 +22,9 @@ struct rp_auth {
     EVP_CIPHER_CTX *seal;
     EVP_CIPHER_CTX *open[RP_AUTH_MAX_KEYS];
     EVP_CIPHER_CTX *dec[RP_AUTH_MAX_KEYS];
-    /* the same keys for gcmlib.h and gcmfast.h (NULL: that build or CPU
-     * cannot, or it disagreed with OpenSSL), and which engine runs */
+    /* the same keys for gcmlib.h (NULL: that build or CPU cannot, or it
+     * disagreed with OpenSSL), and which engine runs */
     rp_gcmlib_key_t *lk[RP_AUTH_MAX_KEYS];
-    rp_gcmfast_key_t *fk[RP_AUTH_MAX_KEYS];
     int impl;
     uint64_t counter;
     uint64_t sealed;
@@ -63,15 +61,6 @@ static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, int enc) {
 static int gmac(EVP_CIPHER_CTX *c, const uint8_t *aad, size_t n, uint32_t source,
                 uint64_t counter, uint8_t tag[RP_AUTH_TAG_LEN]);
 
-static void drop_direct(rp_auth_t *a) {
-    for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
-        if (a->fk[k])
-            OPENSSL_cleanse(a->fk[k], sizeof(*a->fk[k]));
-        free(a->fk[k]);
-        a->fk[k] = NULL;
-    }
-}
-
 static void drop_lib(rp_auth_t *a) {
     for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
         rp_gcmlib_free(a->lk[k]);       /* wipes */
@@ -79,37 +68,13 @@ static void drop_lib(rp_auth_t *a) {
     }
 }
 
-/* The engines other than EVP, by impl, under key k: one call per datagram. */
-static void eng_gmac(const rp_auth_t *a, int impl, int k, const uint8_t iv[12], const uint8_t *aad,
-                     size_t n, uint8_t tag[RP_AUTH_TAG_LEN]) {
-    if (impl == RP_MAC_IPSECMB)
-        rp_gcmlib_gmac(a->lk[k], iv, aad, n, tag);
-    else
-        rp_gcmfast_gmac(a->fk[k], iv, aad, n, tag);
-}
 
-static void eng_encrypt(const rp_auth_t *a, int impl, int k, const uint8_t iv[12], const uint8_t *aad,
-                        size_t na, const uint8_t *in, uint8_t *out, size_t nb, uint8_t tag[RP_AUTH_TAG_LEN]) {
-    if (impl == RP_MAC_IPSECMB)
-        rp_gcmlib_encrypt(a->lk[k], iv, aad, na, in, out, nb, tag);
-    else
-        rp_gcmfast_encrypt(a->fk[k], iv, aad, na, in, out, nb, tag);
-}
-
-static void eng_decrypt(const rp_auth_t *a, int impl, int k, const uint8_t iv[12], const uint8_t *aad,
-                        size_t na, const uint8_t *in, uint8_t *out, size_t nb, uint8_t tag[RP_AUTH_TAG_LEN]) {
-    if (impl == RP_MAC_IPSECMB)
-        rp_gcmlib_decrypt(a->lk[k], iv, aad, na, in, out, nb, tag);
-    else
-        rp_gcmfast_decrypt(a->fk[k], iv, aad, na, in, out, nb, tag);
-}
-
-/* Whether engine impl computes what OpenSSL computes under key k: GMAC
- * tags at lengths around every boundary the engines handle (blocks,
- * 512-bit loads, 16-block loops, gcmfast's 128-block chunk) and one GCM
- * encryption and decryption.  Run at every key installation; any
- * difference and that engine is not used. */
-static int agrees(const rp_auth_t *a, int impl, int k) {
+/* Whether gcmlib.h computes what OpenSSL computes under key k: GMAC tags
+ * at lengths around every boundary its code paths handle (blocks, 512-bit
+ * loads, 16- and 48-block loops) and one GCM encryption and decryption.
+ * Run at every key installation; any difference and EVP does the work. */
+static int lib_agrees(const rp_auth_t *a, int k) {
+    const rp_gcmlib_key_t *lk = a->lk[k];
     EVP_CIPHER_CTX *enc = a->open[k];
     static const size_t lens[] = {0,   1,   15,  16,   17,   63,   64,   65,   96,   255,  256,  257, 767,
                                   768, 769, 1457, 1472, 2047, 2048, 2049, 3071, 3072, 4100};
@@ -122,7 +87,7 @@ static int agrees(const rp_auth_t *a, int impl, int k) {
         rp_st64(iv + 4, 0x0123456789abcdefULL + j);
         if (gmac(enc, buf, n, (uint32_t)j, 0x0123456789abcdefULL + j, t1))
             return 0;
-        eng_gmac(a, impl, k, iv, buf, n, t2);
+        rp_gcmlib_gmac(lk, iv, buf, n, t2);
         if (memcmp(t1, t2, RP_AUTH_TAG_LEN))
             return 0;
     }
@@ -134,10 +99,10 @@ static int agrees(const rp_auth_t *a, int impl, int k) {
         EVP_EncryptFinal_ex(enc, ct + nb, &ol) != 1 ||
         EVP_CIPHER_CTX_ctrl(enc, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, t1) != 1)
         return 0;
-    eng_encrypt(a, impl, k, iv, buf, na, buf + na, back, nb, t2);
+    rp_gcmlib_encrypt(lk, iv, buf, na, buf + na, back, nb, t2);
     if (memcmp(t1, t2, RP_AUTH_TAG_LEN) || memcmp(ct, back, nb))
         return 0;
-    eng_decrypt(a, impl, k, iv, buf, na, ct, back, nb, t2);
+    rp_gcmlib_decrypt(lk, iv, buf, na, ct, back, nb, t2);
     return !memcmp(t1, t2, RP_AUTH_TAG_LEN) && !memcmp(back, buf + na, nb);
 }
 
@@ -148,8 +113,6 @@ int rp_auth_impl_available(const rp_auth_t *a, int impl) {
         return 1;
     if (impl == RP_MAC_IPSECMB)
         return a->lk[0] && (a->nkeys < 2 || a->lk[1]);
-    if (impl == RP_MAC_DIRECT)
-        return a->fk[0] && (a->nkeys < 2 || a->fk[1]);
     return 0;
 }
 
@@ -161,7 +124,7 @@ int rp_auth_set_impl(rp_auth_t *a, int impl) {
 }
 
 const char *rp_auth_impl_name(int impl) {
-    return impl == RP_MAC_IPSECMB ? "ipsec-mb" : impl == RP_MAC_DIRECT ? "direct" : "openssl";
+    return impl == RP_MAC_IPSECMB ? "ipsec-mb" : "openssl";
 }
 
 const char *rp_auth_lib_describe(void) { return rp_gcmlib_describe(); }
@@ -195,33 +158,18 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
     }
     if (!a->seal)
         goto fail;
-    /* the engines that agree with OpenSSL under every key; the default is
-     * the library's (gcmlib.h), else EVP.  The direct path is opt-in. */
+    /* intel-ipsec-mb (gcmlib.h) where it agrees with OpenSSL under every
+     * key, else EVP */
     a->impl = RP_MAC_OPENSSL;
     if (rp_gcmlib_available()) {
         int ok = 1;
         for (int k = 0; k < nkeys && ok; k++)
             ok = (a->lk[k] = rp_gcmlib_new(keys + (size_t)k * RP_AUTH_KEY_LEN)) != NULL &&
-                 agrees(a, RP_MAC_IPSECMB, k);
+                 lib_agrees(a, k);
         if (ok)
             a->impl = RP_MAC_IPSECMB;
         else
             drop_lib(a);
-    }
-    if (rp_gcmfast_available()) {
-        int ok = 1;
-        for (int k = 0; k < nkeys && ok; k++) {
-            void *m = NULL;
-            if (posix_memalign(&m, 64, sizeof(rp_gcmfast_key_t))) {
-                ok = 0;
-                break;
-            }
-            a->fk[k] = (rp_gcmfast_key_t *)m;
-            rp_gcmfast_init(a->fk[k], keys + (size_t)k * RP_AUTH_KEY_LEN);
-            ok = agrees(a, RP_MAC_DIRECT, k);
-        }
-        if (!ok)
-            drop_direct(a);
     }
     return a;
 fail:
@@ -233,7 +181,6 @@ void rp_auth_free(rp_auth_t *a) {
     if (!a)
         return;
     drop_lib(a);
-    drop_direct(a);
     EVP_CIPHER_CTX_free(a->seal);
     for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
         EVP_CIPHER_CTX_free(a->open[k]);
@@ -409,14 +356,14 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
             return -1;
         a->signatures++;
     }
-    if (a->impl != RP_MAC_OPENSSL) {
+    if (a->impl == RP_MAC_IPSECMB) {
         uint8_t iv[12];
         iv_of(iv, rp_ld32(buf + 8), ctr);
         if (a->encrypt)
-            eng_encrypt(a, a->impl, 0, iv, buf, RP_DG_HDR, buf + RP_DG_HDR, buf + RP_DG_HDR,
-                        len - RP_AUTH_TRAILER - RP_DG_HDR, t + 9);
+            rp_gcmlib_encrypt(a->lk[0], iv, buf, RP_DG_HDR, buf + RP_DG_HDR, buf + RP_DG_HDR,
+                              len - RP_AUTH_TRAILER - RP_DG_HDR, t + 9);
         else
-            eng_gmac(a, a->impl, 0, iv, buf, len - RP_AUTH_TRAILER, t + 9);
+            rp_gcmlib_gmac(a->lk[0], iv, buf, len - RP_AUTH_TRAILER, t + 9);
     } else if (a->encrypt) {
         if (gcm_seal(a->seal, buf, len, ctr, t + 9))
             return -1;
@@ -459,13 +406,13 @@ static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *buf, size_t len, uint8_t *
     return 0;
 }
 
-/* gcm_open by another engine. */
-static int eng_open(const rp_auth_t *a, int k, const uint8_t *buf, size_t len, uint8_t *out) {
+/* gcm_open by gcmlib.h. */
+static int lib_open(const rp_gcmlib_key_t *lk, const uint8_t *buf, size_t len, uint8_t *out) {
     uint8_t iv[12], tag[RP_AUTH_TAG_LEN];
     const uint8_t *t = buf + len - RP_AUTH_TRAILER;
     size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
     iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
-    eng_decrypt(a, a->impl, k, iv, buf, RP_DG_HDR, buf + RP_DG_HDR, out + RP_DG_HDR, nb, tag);
+    rp_gcmlib_decrypt(lk, iv, buf, RP_DG_HDR, buf + RP_DG_HDR, out + RP_DG_HDR, nb, tag);
     if (CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) != 0)
         return -1;
     memcpy(out, buf, RP_DG_HDR);
@@ -485,10 +432,10 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
             continue;
         if (!(buf[3] & RP_DGF_ENC)) {
             uint8_t tag[RP_AUTH_TAG_LEN];
-            if (a->impl != RP_MAC_OPENSSL) {
+            if (a->impl == RP_MAC_IPSECMB) {
                 uint8_t iv[12];
                 iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
-                eng_gmac(a, a->impl, k, iv, buf, len - RP_AUTH_TRAILER, tag);
+                rp_gcmlib_gmac(a->lk[k], iv, buf, len - RP_AUTH_TRAILER, tag);
             } else if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1),
                             tag)) {
                 return -1;
@@ -507,7 +454,7 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
             a->arena_full++;
             return -2;
         }
-        if (a->impl != RP_MAC_OPENSSL ? eng_open(a, k, buf, len, out) : gcm_open(a->dec[k], buf, len, out))
+        if (a->impl == RP_MAC_IPSECMB ? lib_open(a->lk[k], buf, len, out) : gcm_open(a->dec[k], buf, len, out))
             return -1;
         a->arena_off += len;
         *plain = out;

@@ -8,8 +8,10 @@
  * instructions for every key and datagram, no tables indexed by secrets),
  * and its "direct" GCM calls take an expanded key and a stack context, so
  * one datagram is one call with no per-call dispatch.  OpenSSL 3.0 computes
- * the same tag through EVP at ~4x the cost (provider dispatch per call and
- * a 128-bit GHASH), which was a fifth of the 64 B line rate.
+ * the same tag through EVP at 4-7x the cost (provider dispatch per call and
+ * a 128-bit GHASH), which was a fifth of the 64 B line rate, and through
+ * its public low-level CRYPTO_gcm128_* at ~3x (the same GHASH);
+ * bench/bench_auth.c engines.
  *
  * Same algorithm as OpenSSL's EVP_aes_128_gcm (NIST SP 800-38D, 96-bit
  * IV): the wire does not change.  csrc/auth.c checks this engine against

@@ -33,7 +33,7 @@ DELIVERY = ("unordered", "fifo")
 FLOW_CONTROL = ("loggers", "receivers")
 FSYNC = ("always", "interval", "never")
 PROTOCOLS = ("rpbcast", "pbcast", "lbrm", "srm")
-MAC_IMPLS = ("auto", "ipsec-mb", "openssl", "direct")   # Config.mac_impl
+MAC_IMPLS = ("auto", "ipsec-mb", "openssl")   # Config.mac_impl
 
 
 @dataclass
@@ -283,8 +283,8 @@ class Config:
     # every engine; docs/security.md, "Who computes it"): "auto" --
     # intel-ipsec-mb where the build has it and the CPU runs it in hardware,
     # else OpenSSL's EVP; "ipsec-mb" -- that library or the node does not
-    # start (ConfigError); "openssl" -- OpenSSL's EVP always (a third of the
-    # speed); "direct" -- this project's VAES code (opt-in, benchmarks).
+    # start (ConfigError); "openssl" -- OpenSSL's EVP always (a fifth to a
+    # third of the speed per datagram).
     mac_impl: str = "auto"
 
     def __post_init__(self):

@@ -788,7 +788,6 @@ cdef extern from "auth.h" nogil:
     uint64_t rp_auth_sealed(const rp_auth_t *a)
     int RP_MAC_OPENSSL
     int RP_MAC_IPSECMB
-    int RP_MAC_DIRECT
     int rp_auth_impl(const rp_auth_t *a)
     int rp_auth_impl_available(const rp_auth_t *a, int impl)
     int rp_auth_set_impl(rp_auth_t *a, int impl)

@@ -289,11 +289,10 @@ cdef class Node:
 
     @property
     def auth_impl(self):
-        """Which engine computes the MAC (and encryption), all the same
+        """Which engine computes the MAC (and encryption), both the same
         AES-128-GCM/GMAC (csrc/auth.h): "ipsec-mb" (intel-ipsec-mb, the
-        default where the build has it and the CPU runs it in hardware),
-        "openssl" (OpenSSL's EVP, everywhere) or "direct" (this project's
-        VAES code, opt-in); None unkeyed."""
+        default where the build has it and the CPU runs it in hardware) or
+        "openssl" (OpenSSL's EVP, everywhere); None unkeyed."""
         if self.n.auth == NULL:
             return None
         return rp_auth_impl_name(rp_auth_impl(self.n.auth)).decode()
@@ -303,17 +302,17 @@ cdef class Node:
         was checked against OpenSSL when the keys were installed)."""
         if self.n.auth == NULL:
             return []
-        return [rp_auth_impl_name(i).decode() for i in (RP_MAC_IPSECMB, RP_MAC_OPENSSL, RP_MAC_DIRECT)
+        return [rp_auth_impl_name(i).decode() for i in (RP_MAC_IPSECMB, RP_MAC_OPENSSL)
                 if rp_auth_impl_available(self.n.auth, i)]
 
     def set_auth_impl(self, str name):
-        """Seal and verify with engine ``name`` ("ipsec-mb", "openssl",
-        "direct"; see auth_impl).  ValueError when that engine cannot run
-        here (not built, not on this CPU, or it disagreed with OpenSSL);
-        needs set_auth first."""
+        """Seal and verify with engine ``name`` ("ipsec-mb" or "openssl";
+        see auth_impl).  ValueError when that engine cannot run here (not
+        built, not on this CPU, or it disagreed with OpenSSL); needs
+        set_auth first."""
         if self.n.auth == NULL:
             raise ValueError("set_auth first")
-        codes = {"ipsec-mb": RP_MAC_IPSECMB, "openssl": RP_MAC_OPENSSL, "direct": RP_MAC_DIRECT}
+        codes = {"ipsec-mb": RP_MAC_IPSECMB, "openssl": RP_MAC_OPENSSL}
         if name not in codes:
             raise ValueError(f"unknown MAC engine {name!r} (one of {', '.join(codes)})")
         if rp_auth_set_impl(self.n.auth, codes[name]) != 0:
