@@ -4,6 +4,7 @@
     python bench/bench_auth.py [--reps 5] [--duration 2] [--impls ipsec-mb,openssl] [--json out.json]
     python bench/bench_auth.py --compare encrypt ...   # MAC only ("off") vs MAC + encryption ("on")
     python bench/bench_auth.py --baseline ../main ... # also "base": keyed, another checkout's build
+    python bench/bench_auth.py --rtt [--impls ipsec-mb,openssl] [--blocks 20] [--per-block 200]
     python bench/bench_auth.py --cpu [--impls ...] [--baseline ../main] [--reps 5] [--n 400000]
 
 --impls: the MAC engines measured keyed (Config.mac_impl: ipsec-mb,
@@ -163,6 +164,71 @@ def cpu_one(mode, key_file, n):
             "wall_msgs_per_s": got / wall}
 
 
+def rtt_compare(modes, key_file, blocks, per_block):
+    """--rtt: the round trip through the public API on real sockets, one
+    pair of nodes per mode (off = unkeyed, or a MAC engine), all in one
+    namespace and one process: ping (node 1 publishes 64 B), pong (node 2
+    receives it and publishes it back), node 1 receives the echo.  The
+    modes take turns in blocks of per_block round trips, so a load change
+    on a shared machine hits them alike; per mode the median round trip and,
+    per block, the difference of its median to the unkeyed block's."""
+    import socket
+    from rpbcast import Config, MemberSpec
+    from rpbcast.api import Node
+    from rpbcast.tools import netns
+
+    def free_port():
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+        s.close()
+        return p
+
+    samples = {m: [] for m in modes}
+    block_med = {m: [] for m in modes}
+    lost = {m: 0 for m in modes}
+    with netns.namespace() as ns, netns.entered(ns):
+        pairs = {}
+        for g, mode in enumerate(modes):
+            ports = {i: free_port() for i in (1, 2)}
+            specs = [MemberSpec(i, f"127.0.0.1:{ports[i]}") for i in (1, 2)]
+            gport = free_port()
+            pairs[mode] = [Node(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs,
+                                       group_addr=f"239.255.94.{g + 1}:{gport}",
+                                       key_file=key_file if mode != "off" else None,
+                                       mac_impl="auto" if mode in ("off", "on") else mode))
+                           for i in (1, 2)]
+        engines = {m: x[0].stats().get("mac_impl") for m, x in pairs.items()}
+        msg = b"p" * 64
+        for b in range(blocks + 1):                     # block 0: warm-up, not kept
+            order = modes[b % len(modes):] + modes[:b % len(modes)]
+            for mode in order:
+                ping, pong = pairs[mode]
+                got = []
+                for _ in range(per_block):
+                    t0 = time.perf_counter_ns()
+                    ping.publish(msg)
+                    m = pong.receive(1.0)
+                    if m is not None:
+                        pong.publish(bytes(m.payload))
+                        m = ping.receive(1.0)
+                    if m is None:
+                        lost[mode] += 1
+                        continue
+                    got.append(time.perf_counter_ns() - t0)
+                if b and got:
+                    samples[mode] += got
+                    block_med[mode].append(statistics.median(got))
+        for x in pairs.values():
+            for node in x:
+                node.close()
+    med = {m: statistics.median(v) / 1e3 if v else None for m, v in samples.items()}
+    paired = {m: [(a - o) / 1e3 for a, o in zip(block_med[m], block_med["off"])] for m in modes if m != "off"}
+    return {"rtt_median_us": med, "lost": lost, "blocks": blocks, "per_block": per_block,
+            "added_us_paired_median": {m: statistics.median(v) if v else None for m, v in paired.items()},
+            "added_us_per_block": paired, "engines": engines}
+
+
 def cpu_compare(a, kf):
     """--cpu: cpu_one in a fresh process per run, modes rotating per rep."""
     modes = ["off"] + a.impls + (["base"] if a.baseline else [])
@@ -214,6 +280,10 @@ def main():
                     help="comma-separated MAC engines measured keyed (Config.mac_impl), each a mode")
     ap.add_argument("--key-file", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, default=400000, help="--cpu: messages per run")
+    ap.add_argument("--rtt", action="store_true",
+                    help="only the round trip through the public API: a node pair per mode, blocks alternating")
+    ap.add_argument("--blocks", type=int, default=20, help="--rtt: blocks per mode")
+    ap.add_argument("--per-block", type=int, default=200, help="--rtt: round trips per block")
     a = ap.parse_args()
     a.impls = [x for x in a.impls.split(",") if x]
     if a.cpu_one:
@@ -226,6 +296,16 @@ def main():
     enc = a.compare == "encrypt"
     if a.cpu:
         return cpu_compare(a, kf)
+    if a.rtt:
+        load0 = os.getloadavg()
+        res = rtt_compare(["off"] + a.impls, kf, a.blocks, a.per_block)
+        res.update({"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load_avg_start": load0, "load_avg_end": os.getloadavg()})
+        print(json.dumps(res, indent=1))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
 
     def keys(mode):      # (key file, encrypt, engine) of a mode
         impl = "auto" if mode in ("off", "on", "base") else mode
