@@ -63,10 +63,13 @@ def test_auto_runs_the_library_where_it_can_and_stats_say_which(tmp_path):
     assert e.node.auth_impl == want
     assert e.node.auth_stats()["mac_impl"] == want
     assert e.counters()["mac_impl"] == want          # in Node.stats() too
+    if IPSECMB:                                      # the library's version and code path
+        assert e.counters()["mac_lib"].split()[0].count(".") == 2
     assert set(e.node.auth_impls()) == set(IMPLS)
     for impl in IMPLS:                               # every engine can be switched to and back
         e.node.set_auth_impl(impl)
         assert e.node.auth_impl == impl and e.counters()["mac_impl"] == impl
+        assert bool(e.counters()["mac_lib"]) == (impl == "ipsec-mb")
     with pytest.raises(ValueError, match="unknown MAC engine"):
         e.node.set_auth_impl("fast")
     assert e.node.auth_impl == IMPLS[-1]             # unchanged by the refusal

@@ -324,7 +324,9 @@ cdef class Node:
         sealed, the replay table's sources (and its bound), control
         datagrams accepted and refused as replays, sources evicted at the
         bound, datagrams dropped because the plaintext buffers were full,
-        and the engine that computes the MAC (auth_impl)."""
+        and the engine that computes the MAC (auth_impl; mac_lib: for
+        intel-ipsec-mb, its version and the code path it chose, e.g.
+        "1.3.0 avx512+vaes")."""
         if self.n.auth == NULL:
             return {}
         cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
@@ -332,7 +334,9 @@ cdef class Node:
                 "replay_sources_max": r.cap, "replay_fresh": r.accepted,
                 "replay_refused": r.refused, "replay_evicted": r.evicted,
                 "decrypt_buffers_full": rp_auth_arena_full(self.n.auth),
-                "mac_impl": self.auth_impl}
+                "mac_impl": self.auth_impl,
+                # the library's version and the code it picked for this CPU
+                "mac_lib": rp_auth_lib_describe().decode() if self.auth_impl == "ipsec-mb" else ""}
 
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""
