@@ -3,10 +3,9 @@ AES-128-GCM/GMAC computed by intel-ipsec-mb (csrc/gcmlib.c, the default
 where the build has it and the CPU runs it in hardware) or OpenSSL's EVP
 (the fallback, everywhere).  They must compute exactly the same thing -- a
 datagram sealed by one verifies on the other, MAC only and encrypted, at
-every length -- and
-keep every guarantee of the MAC: one tag per datagram (a corrupted datagram
-in the middle of a run is dropped and counted, its neighbours pass), both
-keys of a roll-over."""
+every length -- and keep every guarantee of the MAC: one tag per datagram
+(a corrupted datagram in the middle of a run is dropped and counted, its
+neighbours pass), both keys of a roll-over."""
 import itertools
 import os
 
@@ -29,8 +28,9 @@ def cpu_flags():
         return set()
 
 
-# intel-ipsec-mb: built in when its header was there (setup.py), run only on
-# hardware AES and carry-less multiply
+# intel-ipsec-mb: built in when its header was there (setup.py, unless
+# RPBCAST_NO_IPSECMB=1 at build and test time), run only on hardware AES and
+# carry-less multiply
 IPSECMB = os.path.exists("/usr/include/intel-ipsec-mb.h") and {"aes", "pclmulqdq"} <= cpu_flags() \
     and os.environ.get("RPBCAST_NO_IPSECMB") != "1"
 IMPLS = ["openssl"] + (["ipsec-mb"] if IPSECMB else [])
