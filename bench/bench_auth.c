@@ -22,6 +22,8 @@
  *   ipsec-mb      intel-ipsec-mb's AES-128-GCM (csrc/gcmlib.c, the default)
  *   sodium-aes256 libsodium's AES-256-GCM, precomputed state (not the
  *                 wire's algorithm: for scale)
+ * and then GCM encrypting a datagram's body (Config.encrypt), EVP against
+ * intel-ipsec-mb.
  *
  *   cc -O2 -Icsrc -DRP_HAVE_IPSECMB bench/bench_auth.c csrc/gcmlib.c \
  *      -lIPSec_MB -lsodium -lcrypto -o /tmp/bench_auth && /tmp/bench_auth [mac|encrypt|sign|engines]
