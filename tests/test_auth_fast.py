@@ -192,3 +192,18 @@ def test_asking_for_the_library_where_it_cannot_run_is_a_config_error(tmp_path):
     else:
         with pytest.raises(ConfigError, match="mac_impl"):
             Engine(cfg, 0, mac_counter0=1)
+
+
+@pytest.mark.parametrize("impl", ["ipsec-mb", "openssl"])
+def test_rpbcast_stress_mac_impl_reaches_every_worker(tmp_path, impl):
+    """bench/bench_auth.py compares the engines through `rpbcast stress
+    --mac-impl`: every keyed worker's Config gets it."""
+    from stressrun import stress_args
+    from rpbcast.tools.stress.plan import make_plan, worker_spec
+    kf = write_keys(tmp_path / "keys", (1, KEY))
+    args = stress_args("--receivers", "1", "--loggers", "0", "--key-file", kf, "--mac-impl", impl,
+                       "--run-dir", str(tmp_path / "run"))
+    plan = make_plan(args, use_ns=False)
+    specs = [worker_spec(args, plan, i, role) for role, ids in (("receiver", plan.receivers),
+                                                                ("sender", plan.senders)) for i in ids]
+    assert len(specs) == 2 and all(s["config"]["mac_impl"] == impl for s in specs)
