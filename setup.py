@@ -17,6 +17,12 @@ if os.environ.get("RPBCAST_NATIVE") == "1":
 if os.environ.get("RPBCAST_DEBUG") == "1":
     CFLAGS += ["-O0", "-g", "-fsanitize=address,undefined"]
 
+# csrc/gcmlib.c: the MAC's AES-GCM from intel-ipsec-mb (libipsec-mb-dev) when
+# its header is there; without it the build uses OpenSSL's EVP only.
+HAVE_IPSECMB = os.path.exists("/usr/include/intel-ipsec-mb.h") and os.environ.get("RPBCAST_NO_IPSECMB") != "1"
+if HAVE_IPSECMB:
+    CFLAGS.append("-DRP_HAVE_IPSECMB")
+
 MODULES = [*(f"core.{m}" for m in ("seqtrack", "digest", "signature", "stability", "srb", "msgstore", "wire",
                                   "logstore", "node")),
            "drivers.udp",
@@ -37,8 +43,8 @@ def ext(name):
         include_dirs=["csrc", numpy.get_include()],
         extra_compile_args=[f for f in CFLAGS if f != "-std=gnu11"] + ["-Wno-unused-function"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        # csrc/auth.c: AES-GMAC from OpenSSL's libcrypto (after the core on the link line)
-        extra_link_args=["-lcrypto"],
+        # csrc/auth.c: AES-GMAC from intel-ipsec-mb and OpenSSL's libcrypto (after the core on the link line)
+        extra_link_args=(["-lIPSec_MB"] if HAVE_IPSECMB else []) + ["-lcrypto"],
         # Relink when the core changes (the static library is not tracked).
         depends=CSRC + sorted(glob.glob("csrc/*.h")),
     )

@@ -9,21 +9,41 @@
  * csrc/auth.c seals with Config.encrypt), "sign" (Ed25519 sign and verify
  * of a control datagram: the identity design in docs/security.md).
  *
- * "direct": the path csrc/auth.c takes on CPUs with VAES/VPCLMULQDQ/AVX-512
- * (csrc/gcmfast.c) against EVP, GMAC and GCM, alternating in the run; the
- * datagram sizes are those of a keyed datagram of 16 x 64 B messages
- * (1457 B: 1432 B MACed) and a PING.
+ * "engines": every way to compute the datagram MAC from a maintained
+ * library, seal (tag) and verify (tag + constant-time compare), ns per
+ * datagram of 64, 512 and 1472 B (the MACed bytes: all but the 25-byte
+ * trailer) and per GSO run of 64 x 1472 B; candidates round-robin in
+ * short bursts, the minimum kept (a shared machine's preemptions land in
+ * some bursts, never in all):
+ *   openssl-evp   EVP_aes_128_gcm, context per key kept (the fallback)
+ *   openssl-gcm128 OpenSSL's public low-level GCM (<openssl/modes.h>:
+ *                 CRYPTO_gcm128_*; its GHASH is OpenSSL's CLMUL/AVX
+ *                 assembly), AES by a kept EVP AES-128-ECB context (AES-NI)
+ *   ipsec-mb      intel-ipsec-mb's AES-128-GCM (csrc/gcmlib.c, the default)
+ *   sodium-aes256 libsodium's AES-256-GCM, precomputed state (not the
+ *                 wire's algorithm: for scale)
+ * and then GCM encrypting a datagram's body (Config.encrypt), EVP against
+ * intel-ipsec-mb.
  *
- *   cc -O2 -Icsrc bench/bench_auth.c csrc/gcmfast.c -lcrypto -o /tmp/bench_auth && /tmp/bench_auth [mac|encrypt|sign|direct]
+ *   cc -O2 -Icsrc -DRP_HAVE_IPSECMB bench/bench_auth.c csrc/gcmlib.c \
+ *      -lIPSec_MB -lsodium -lcrypto -o /tmp/bench_auth && /tmp/bench_auth [mac|encrypt|sign|engines]
+ * (without intel-ipsec-mb drop -DRP_HAVE_IPSECMB and -lIPSec_MB; without
+ * libsodium's header its row is left out, then drop -lsodium)
  */
 #include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/modes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "gcmfast.h"
+#include "gcmlib.h"
+#if __has_include(<sodium.h>)
+#include <sodium.h>
+#define HAVE_SODIUM 1
+#endif
 
 static double now_ns(void) {
     struct timespec t;
@@ -31,7 +51,7 @@ static double now_ns(void) {
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-static uint8_t key[32], buf[65536], tag[32];
+static uint8_t key[32], buf[131072], tag[32];
 
 typedef void (*mac_fn)(const uint8_t *p, size_t n, uint64_t ctr);
 
@@ -151,49 +171,194 @@ static EVP_MAC_CTX *mac_ctx(const char *alg, const char *digest, const char *cip
     return c;
 }
 
-static rp_gcmfast_key_t fkey;
-static void direct_gmac(const uint8_t *p, size_t n, uint64_t ctr) {
-    uint8_t iv[12] = {0};
+/* ---- "engines" ------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    /* tag of aad[0, n) under IV (0, ctr); verify: 1 if tag matches */
+    void (*seal)(const uint8_t *aad, size_t n, uint64_t ctr, uint8_t t[16]);
+    int (*verify)(const uint8_t *aad, size_t n, uint64_t ctr, const uint8_t t[16]);
+} engine_t;
+
+static void iv12(uint8_t iv[12], uint64_t ctr) {
+    memset(iv, 0, 12);
     memcpy(iv + 4, &ctr, 8);
-    rp_gcmfast_gmac(&fkey, iv, p, n, tag);
-}
-static void direct_gcm(const uint8_t *p, size_t n, uint64_t ctr) {
-    uint8_t iv[12] = {0};
-    memcpy(iv + 4, &ctr, 8);
-    uint8_t *q = (uint8_t *)p;
-    rp_gcmfast_encrypt(&fkey, iv, q, 24, q + 24, q + 24, n - 24, tag);
 }
 
-/* ns per datagram of n bytes, best of 5 x iters. */
-static double best_of(mac_fn f, size_t n, size_t iters) {
-    double best = 1e18;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = now_ns();
-        for (size_t i = 0; i < iters; i++)
-            f(buf, n, i);
-        double per = (now_ns() - t0) / (double)iters;
-        if (per < best)
-            best = per;
-    }
-    return best;
+static EVP_CIPHER_CTX *e_gcm, *e_ecb;
+static void evp_seal(const uint8_t *p, size_t n, uint64_t ctr, uint8_t t[16]) {
+    uint8_t iv[12];
+    int ol;
+    iv12(iv, ctr);
+    EVP_EncryptInit_ex(e_gcm, NULL, NULL, NULL, iv);
+    EVP_EncryptUpdate(e_gcm, NULL, &ol, p, (int)n);
+    EVP_EncryptFinal_ex(e_gcm, t, &ol);
+    EVP_CIPHER_CTX_ctrl(e_gcm, EVP_CTRL_GCM_GET_TAG, 16, t);
+}
+static int evp_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[16]) {
+    uint8_t x[16];
+    evp_seal(p, n, ctr, x);
+    return CRYPTO_memcmp(x, t, 16) == 0;
 }
 
-static void direct(void) {
-    if (!rp_gcmfast_available()) {
-        printf("direct path: this CPU lacks VAES/VPCLMULQDQ/AVX-512\n");
-        return;
+/* AES for OpenSSL's GCM128: one block through a kept EVP ECB context
+ * (AES-NI, constant time).  Not AES_encrypt: OpenSSL 3.0's x86-64
+ * AES_encrypt is the table-based aes-x86_64 code. */
+static void ecb_block(const unsigned char in[16], unsigned char out[16], const void *key) {
+    int ol;
+    EVP_EncryptUpdate((EVP_CIPHER_CTX *)key, out, &ol, in, 16);
+}
+static GCM128_CONTEXT *g128;
+static void g128_seal(const uint8_t *p, size_t n, uint64_t ctr, uint8_t t[16]) {
+    uint8_t iv[12];
+    iv12(iv, ctr);
+    CRYPTO_gcm128_setiv(g128, iv, 12);
+    CRYPTO_gcm128_aad(g128, p, n);
+    CRYPTO_gcm128_tag(g128, t, 16);
+}
+static int g128_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[16]) {
+    uint8_t iv[12];
+    iv12(iv, ctr);
+    CRYPTO_gcm128_setiv(g128, iv, 12);
+    CRYPTO_gcm128_aad(g128, p, n);
+    return CRYPTO_gcm128_finish(g128, t, 16) == 0;     /* constant-time compare */
+}
+
+static rp_gcmlib_key_t *lkey;
+static void lib_seal(const uint8_t *p, size_t n, uint64_t ctr, uint8_t t[16]) {
+    uint8_t iv[12];
+    iv12(iv, ctr);
+    rp_gcmlib_gmac(lkey, iv, p, n, t);
+}
+static int lib_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[16]) {
+    uint8_t x[16];
+    lib_seal(p, n, ctr, x);
+    return CRYPTO_memcmp(x, t, 16) == 0;
+}
+
+#ifdef HAVE_SODIUM
+static crypto_aead_aes256gcm_state sst;
+static void sod_seal(const uint8_t *p, size_t n, uint64_t ctr, uint8_t t[16]) {
+    uint8_t iv[12], none[1] = {0};
+    unsigned long long ml;
+    iv12(iv, ctr);
+    crypto_aead_aes256gcm_encrypt_detached_afternm(none, t, &ml, none, 0, p, n, NULL, iv, &sst);
+}
+static int sod_verify(const uint8_t *p, size_t n, uint64_t ctr, const uint8_t t[16]) {
+    uint8_t iv[12], none[1] = {0};
+    iv12(iv, ctr);
+    return crypto_aead_aes256gcm_decrypt_detached_afternm(none, NULL, none, 0, t, p, n, iv, &sst) == 0;
+}
+#endif
+
+static void engines(void) {
+    engine_t e[5];
+    int ne = 0;
+    OPENSSL_init_crypto(0, NULL);   /* OPENSSL_ia32cap before CRYPTO_gcm128_init picks its GHASH */
+    e_gcm = EVP_CIPHER_CTX_new();
+    EVP_EncryptInit_ex(e_gcm, EVP_aes_128_gcm(), NULL, key, NULL);
+    e[ne++] = (engine_t){"openssl-evp", evp_seal, evp_verify};
+    e_ecb = EVP_CIPHER_CTX_new();
+    EVP_EncryptInit_ex(e_ecb, EVP_aes_128_ecb(), NULL, key, NULL);
+    EVP_CIPHER_CTX_set_padding(e_ecb, 0);
+    g128 = CRYPTO_gcm128_new(e_ecb, ecb_block);
+    e[ne++] = (engine_t){"openssl-gcm128", g128_seal, g128_verify};
+    if ((lkey = rp_gcmlib_new(key)))
+        e[ne++] = (engine_t){"ipsec-mb", lib_seal, lib_verify};
+    else
+        printf("ipsec-mb: not in this build or not on this CPU\n");
+#ifdef HAVE_SODIUM
+    if (sodium_init() >= 0 && crypto_aead_aes256gcm_is_available()) {
+        crypto_aead_aes256gcm_beforenm(&sst, key);
+        e[ne++] = (engine_t){"sodium-aes256", sod_seal, sod_verify};
     }
-    rp_gcmfast_init(&fkey, key);
-    static const struct { const char *name; mac_fn evp, fast; } c[2] = {
-        {"GMAC (MAC only)", gmac, direct_gmac}, {"GCM (encrypt) ", gcm_enc, direct_gcm}};
-    size_t sizes[2] = {1432, 96};
-    for (int r = 0; r < 2; r++)             /* alternating, same run */
+#endif
+    printf("ipsec-mb %s\n", rp_gcmlib_describe());
+    /* every AES-128 engine gives OpenSSL's tag, and verifies it */
+    uint8_t ref[16], t[16];
+    evp_seal(buf, 1447, 42, ref);
+    for (int k = 0; k < ne; k++) {
+        e[k].seal(buf, 1447, 42, t);
+        int same = !memcmp(t, ref, 16);
+        if (strcmp(e[k].name, "sodium-aes256") && !same)
+            printf("%s: tag differs from OpenSSL's\n", e[k].name);
+        if (!e[k].verify(buf, 1447, 42, t) || (t[3] ^= 1, e[k].verify(buf, 1447, 42, t)))
+            printf("%s: verify is wrong\n", e[k].name);
+    }
+    static const size_t dg[4] = {64, 512, 1472, 64 * 1472};
+    printf("ns per datagram (seal / verify); the GSO run: ns per run of 64 x 1472 B\n");
+    printf("%-15s %15s %15s %15s %19s\n", "engine", "64 B", "512 B", "1472 B", "GSO 64 x 1472 B");
+    double best[5][4][2];
+    for (int k = 0; k < ne; k++)
+        for (int s = 0; s < 4; s++)
+            best[k][s][0] = best[k][s][1] = 1e18;
+    for (int round = 0; round < 200; round++)
+        for (int s = 0; s < 4; s++)
+            for (int k = 0; k < ne; k++)
+                for (int v = 0; v < 2; v++) {
+                    size_t seg = s == 3 ? 1472 : dg[s], nseg = s == 3 ? 64 : 1, iters = s == 3 ? 2 : 100;
+                    uint8_t tg[16] = {0};
+                    int ok = 0;
+                    double t0 = now_ns();
+                    for (size_t i = 0; i < iters; i++)
+                        for (size_t j = 0; j < nseg; j++) {
+                            uint64_t ctr = (uint64_t)round * 100000 + i * 64 + j;
+                            if (v)
+                                ok += e[k].verify(buf + j * seg, seg - 25, ctr, tg);
+                            else
+                                e[k].seal(buf + j * seg, seg - 25, ctr, tg);
+                        }
+                    double per = (now_ns() - t0) / (double)iters;
+                    (void)ok;
+                    if (per < best[k][s][v])
+                        best[k][s][v] = per;
+                }
+    for (int k = 0; k < ne; k++) {
+        printf("%-15s", e[k].name);
+        for (int s = 0; s < 4; s++)
+            printf(s == 3 ? " %9.0f / %7.0f" : " %7.1f / %5.1f", best[k][s][0], best[k][s][1]);
+        printf("\n");
+    }
+    /* Config.encrypt: the datagram's body encrypted in place, its 24-byte
+     * header the additional data (csrc/auth.c seals so); EVP against the
+     * library, same round-robin */
+    if (lkey) {
+        static const size_t es[3] = {64, 512, 1472};
+        double be[2][3];
         for (int k = 0; k < 2; k++)
-            for (int s = 0; s < 2; s++) {
-                double e = best_of(c[k].evp, sizes[s], 200000), d = best_of(c[k].fast, sizes[s], 200000);
-                printf("%s %4zu B   EVP %6.1f ns   direct %6.1f ns   direct/EVP %.2f\n", c[k].name,
-                       sizes[s], e, d, d / e);
-            }
+            for (int z = 0; z < 3; z++)
+                be[k][z] = 1e18;
+        for (int round = 0; round < 200; round++)
+            for (int z = 0; z < 3; z++)
+                for (int k = 0; k < 2; k++) {
+                    size_t n = es[z] - 25;
+                    double t0 = now_ns();
+                    for (size_t i = 0; i < 100; i++) {
+                        uint64_t ctr = (uint64_t)round * 1000 + i;
+                        if (k == 0) {
+                            gcm = e_gcm;
+                            gcm_enc(buf, n, ctr);
+                        } else {
+                            uint8_t iv[12];
+                            iv12(iv, ctr);
+                            rp_gcmlib_encrypt(lkey, iv, buf, 24, buf + 24, buf + 24, n - 24, tag);
+                        }
+                    }
+                    double per = (now_ns() - t0) / 100.0;
+                    if (per < be[k][z])
+                        be[k][z] = per;
+                }
+        printf("GCM encrypting the body, ns per datagram: 64 B / 512 B / 1472 B\n");
+        printf("%-15s %7.1f %7.1f %7.1f\n", "openssl-evp", be[0][0], be[0][1], be[0][2]);
+        printf("%-15s %7.1f %7.1f %7.1f\n", "ipsec-mb", be[1][0], be[1][1], be[1][2]);
+    }
+    printf("relative to openssl-evp (seal):");
+    for (int k = 1; k < ne; k++) {
+        printf("  %s", e[k].name);
+        for (int s = 0; s < 4; s++)
+            printf(" %.2f", best[k][s][0] / best[0][s][0]);
+    }
+    printf("\n");
 }
 
 int main(int argc, char **argv) {
@@ -210,8 +375,8 @@ int main(int argc, char **argv) {
     }
     if (all || !strcmp(part, "sign"))
         ed25519();
-    if (all || !strcmp(part, "direct"))
-        direct();
+    if (all || !strcmp(part, "engines"))
+        engines();
     if (!all && strcmp(part, "mac"))
         return 0;
     run("AES-128-GMAC (EVP)", gmac);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gcmfast.h"
+#include "gcmlib.h"
 #include "wire.h"
 
 /* Plaintexts of decrypted datagrams: fixed chunks (never moved, control
@@ -22,10 +22,10 @@ struct rp_auth {
     EVP_CIPHER_CTX *seal;
     EVP_CIPHER_CTX *open[RP_AUTH_MAX_KEYS];
     EVP_CIPHER_CTX *dec[RP_AUTH_MAX_KEYS];
-    /* the same keys for gcmfast.h (NULL: that CPU or build cannot; EVP
-     * then does everything), and whether it is used */
-    rp_gcmfast_key_t *fk[RP_AUTH_MAX_KEYS];
-    int fast;
+    /* the same keys for gcmlib.h (NULL: that build or CPU cannot, or it
+     * disagreed with OpenSSL), and which engine runs */
+    rp_gcmlib_key_t *lk[RP_AUTH_MAX_KEYS];
+    int impl;
     uint64_t counter;
     uint64_t sealed;
     rp_replay_t replay;
@@ -61,22 +61,23 @@ static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, int enc) {
 static int gmac(EVP_CIPHER_CTX *c, const uint8_t *aad, size_t n, uint32_t source,
                 uint64_t counter, uint8_t tag[RP_AUTH_TAG_LEN]);
 
-static void drop_fast(rp_auth_t *a) {
+static void drop_lib(rp_auth_t *a) {
     for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
-        if (a->fk[k])
-            OPENSSL_cleanse(a->fk[k], sizeof(*a->fk[k]));
-        free(a->fk[k]);
-        a->fk[k] = NULL;
+        rp_gcmlib_free(a->lk[k]);       /* wipes */
+        a->lk[k] = NULL;
     }
-    a->fast = 0;
 }
 
-/* Whether gcmfast.h computes what OpenSSL computes under this key: GMAC
- * tags at lengths around every boundary it handles (blocks, 512-bit
- * loads, the 128-block chunk) and one GCM encryption and decryption.  Run
- * at every key installation; any difference and EVP does the work. */
-static int fast_agrees(EVP_CIPHER_CTX *enc, const rp_gcmfast_key_t *fk) {
-    static const size_t lens[] = {0, 1, 15, 16, 17, 63, 64, 65, 96, 1457, 1472, 2047, 2048, 2049, 4100};
+
+/* Whether gcmlib.h computes what OpenSSL computes under key k: GMAC tags
+ * at lengths around every boundary its code paths handle (blocks, 512-bit
+ * loads, 16- and 48-block loops) and one GCM encryption and decryption.
+ * Run at every key installation; any difference and EVP does the work. */
+static int lib_agrees(const rp_auth_t *a, int k) {
+    const rp_gcmlib_key_t *lk = a->lk[k];
+    EVP_CIPHER_CTX *enc = a->open[k];
+    static const size_t lens[] = {0,   1,   15,  16,   17,   63,   64,   65,   96,   255,  256,  257, 767,
+                                  768, 769, 1457, 1472, 2047, 2048, 2049, 3071, 3072, 4100};
     uint8_t buf[4100], ct[4100], back[4100], t1[RP_AUTH_TAG_LEN], t2[RP_AUTH_TAG_LEN], iv[12];
     for (size_t i = 0; i < sizeof(buf); i++)
         buf[i] = (uint8_t)(i * 131 + 7);
@@ -86,7 +87,7 @@ static int fast_agrees(EVP_CIPHER_CTX *enc, const rp_gcmfast_key_t *fk) {
         rp_st64(iv + 4, 0x0123456789abcdefULL + j);
         if (gmac(enc, buf, n, (uint32_t)j, 0x0123456789abcdefULL + j, t1))
             return 0;
-        rp_gcmfast_gmac(fk, iv, buf, n, t2);
+        rp_gcmlib_gmac(lk, iv, buf, n, t2);
         if (memcmp(t1, t2, RP_AUTH_TAG_LEN))
             return 0;
     }
@@ -98,19 +99,35 @@ static int fast_agrees(EVP_CIPHER_CTX *enc, const rp_gcmfast_key_t *fk) {
         EVP_EncryptFinal_ex(enc, ct + nb, &ol) != 1 ||
         EVP_CIPHER_CTX_ctrl(enc, EVP_CTRL_GCM_GET_TAG, RP_AUTH_TAG_LEN, t1) != 1)
         return 0;
-    rp_gcmfast_encrypt(fk, iv, buf, na, buf + na, back, nb, t2);
+    rp_gcmlib_encrypt(lk, iv, buf, na, buf + na, back, nb, t2);
     if (memcmp(t1, t2, RP_AUTH_TAG_LEN) || memcmp(ct, back, nb))
         return 0;
-    rp_gcmfast_decrypt(fk, iv, buf, na, ct, back, nb, t2);
+    rp_gcmlib_decrypt(lk, iv, buf, na, ct, back, nb, t2);
     return !memcmp(t1, t2, RP_AUTH_TAG_LEN) && !memcmp(back, buf + na, nb);
 }
 
-int rp_auth_fast(const rp_auth_t *a) { return a->fast; }
+int rp_auth_impl(const rp_auth_t *a) { return a->impl; }
 
-int rp_auth_set_fast(rp_auth_t *a, int on) {
-    a->fast = on && a->fk[0] && (a->nkeys < 2 || a->fk[1]);
-    return a->fast;
+int rp_auth_impl_available(const rp_auth_t *a, int impl) {
+    if (impl == RP_MAC_OPENSSL)
+        return 1;
+    if (impl == RP_MAC_IPSECMB)
+        return a->lk[0] && (a->nkeys < 2 || a->lk[1]);
+    return 0;
 }
+
+int rp_auth_set_impl(rp_auth_t *a, int impl) {
+    if (!rp_auth_impl_available(a, impl))
+        return -1;
+    a->impl = impl;
+    return 0;
+}
+
+const char *rp_auth_impl_name(int impl) {
+    return impl == RP_MAC_IPSECMB ? "ipsec-mb" : "openssl";
+}
+
+const char *rp_auth_lib_describe(void) { return rp_gcmlib_describe(); }
 
 rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint64_t counter0) {
     if (nkeys < 1 || nkeys > RP_AUTH_MAX_KEYS)
@@ -141,19 +158,18 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
     }
     if (!a->seal)
         goto fail;
-    if (rp_gcmfast_available()) {
+    /* intel-ipsec-mb (gcmlib.h) where it agrees with OpenSSL under every
+     * key, else EVP */
+    a->impl = RP_MAC_OPENSSL;
+    if (rp_gcmlib_available()) {
         int ok = 1;
-        for (int k = 0; k < nkeys && ok; k++) {
-            void *m = NULL;
-            if (posix_memalign(&m, 64, sizeof(rp_gcmfast_key_t)))
-                break;
-            a->fk[k] = (rp_gcmfast_key_t *)m;
-            rp_gcmfast_init(a->fk[k], keys + (size_t)k * RP_AUTH_KEY_LEN);
-            ok = fast_agrees(a->open[k], a->fk[k]);
-        }
-        a->fast = ok && a->fk[nkeys - 1] != NULL;
-        if (!a->fast)
-            drop_fast(a);
+        for (int k = 0; k < nkeys && ok; k++)
+            ok = (a->lk[k] = rp_gcmlib_new(keys + (size_t)k * RP_AUTH_KEY_LEN)) != NULL &&
+                 lib_agrees(a, k);
+        if (ok)
+            a->impl = RP_MAC_IPSECMB;
+        else
+            drop_lib(a);
     }
     return a;
 fail:
@@ -164,7 +180,7 @@ fail:
 void rp_auth_free(rp_auth_t *a) {
     if (!a)
         return;
-    drop_fast(a);
+    drop_lib(a);
     EVP_CIPHER_CTX_free(a->seal);
     for (int k = 0; k < RP_AUTH_MAX_KEYS; k++) {
         EVP_CIPHER_CTX_free(a->open[k]);
@@ -340,14 +356,14 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
             return -1;
         a->signatures++;
     }
-    if (a->fast) {
+    if (a->impl == RP_MAC_IPSECMB) {
         uint8_t iv[12];
         iv_of(iv, rp_ld32(buf + 8), ctr);
         if (a->encrypt)
-            rp_gcmfast_encrypt(a->fk[0], iv, buf, RP_DG_HDR, buf + RP_DG_HDR, buf + RP_DG_HDR,
-                               len - RP_AUTH_TRAILER - RP_DG_HDR, t + 9);
+            rp_gcmlib_encrypt(a->lk[0], iv, buf, RP_DG_HDR, buf + RP_DG_HDR, buf + RP_DG_HDR,
+                              len - RP_AUTH_TRAILER - RP_DG_HDR, t + 9);
         else
-            rp_gcmfast_gmac(a->fk[0], iv, buf, len - RP_AUTH_TRAILER, t + 9);
+            rp_gcmlib_gmac(a->lk[0], iv, buf, len - RP_AUTH_TRAILER, t + 9);
     } else if (a->encrypt) {
         if (gcm_seal(a->seal, buf, len, ctr, t + 9))
             return -1;
@@ -390,13 +406,13 @@ static int gcm_open(EVP_CIPHER_CTX *c, const uint8_t *buf, size_t len, uint8_t *
     return 0;
 }
 
-/* gcm_open by gcmfast.h. */
-static int fast_open(const rp_gcmfast_key_t *fk, const uint8_t *buf, size_t len, uint8_t *out) {
+/* gcm_open by gcmlib.h. */
+static int lib_open(const rp_gcmlib_key_t *lk, const uint8_t *buf, size_t len, uint8_t *out) {
     uint8_t iv[12], tag[RP_AUTH_TAG_LEN];
     const uint8_t *t = buf + len - RP_AUTH_TRAILER;
     size_t nb = len - RP_AUTH_TRAILER - RP_DG_HDR;
     iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
-    rp_gcmfast_decrypt(fk, iv, buf, RP_DG_HDR, buf + RP_DG_HDR, out + RP_DG_HDR, nb, tag);
+    rp_gcmlib_decrypt(lk, iv, buf, RP_DG_HDR, buf + RP_DG_HDR, out + RP_DG_HDR, nb, tag);
     if (CRYPTO_memcmp(tag, t + 9, RP_AUTH_TAG_LEN) != 0)
         return -1;
     memcpy(out, buf, RP_DG_HDR);
@@ -416,10 +432,10 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
             continue;
         if (!(buf[3] & RP_DGF_ENC)) {
             uint8_t tag[RP_AUTH_TAG_LEN];
-            if (a->fast) {
+            if (a->impl == RP_MAC_IPSECMB) {
                 uint8_t iv[12];
                 iv_of(iv, rp_ld32(buf + 8), rp_ld64(t + 1));
-                rp_gcmfast_gmac(a->fk[k], iv, buf, len - RP_AUTH_TRAILER, tag);
+                rp_gcmlib_gmac(a->lk[k], iv, buf, len - RP_AUTH_TRAILER, tag);
             } else if (gmac(a->open[k], buf, len - RP_AUTH_TRAILER, rp_ld32(buf + 8), rp_ld64(t + 1),
                             tag)) {
                 return -1;
@@ -438,7 +454,7 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
             a->arena_full++;
             return -2;
         }
-        if (a->fast ? fast_open(a->fk[k], buf, len, out) : gcm_open(a->dec[k], buf, len, out))
+        if (a->impl == RP_MAC_IPSECMB ? lib_open(a->lk[k], buf, len, out) : gcm_open(a->dec[k], buf, len, out))
             return -1;
         a->arena_off += len;
         *plain = out;

@@ -31,17 +31,19 @@
  * Two keys are valid at once (a roll-over): the node sends under the
  * first and accepts either.  Verification runs before the datagram is
  * parsed any further; a bad or missing tag is the AUTH reason.
- * Why GMAC: the fastest well-reviewed MAC in OpenSSL on this hardware
- * (AES-NI + carry-less multiply), bench/bench_auth.c.
+ * Why GMAC: the fastest well-reviewed MAC on this hardware (AES-NI +
+ * carry-less multiply), bench/bench_auth.c.
  *
- * Cost (docs/performance.md, "MAC"): every key and direction keeps its
- * OpenSSL context, so the key schedule is computed once; on a CPU with
- * VAES, VPCLMULQDQ and AVX-512 the per-datagram work skips EVP altogether
- * (gcmfast.h: the same AES-GCM/GMAC, checked against OpenSSL whenever a
- * key is installed), since EVP's per-call overhead and its 128-bit GHASH
- * were a fifth of the line rate at 64 B messages.  Checked under
- * ASan/UBSan: sealed datagrams verify; any flipped byte, a truncation or
- * the other key fails.
+ * Who computes it (docs/security.md, "Who computes it"; cost in
+ * docs/performance.md, "MAC"): intel-ipsec-mb (gcmlib.h), Intel's
+ * maintained AES-GCM of DPDK and VPP, where the build has it and the CPU
+ * runs it in hardware -- one call per datagram on a key expanded once,
+ * GHASH on VPCLMULQDQ where there is one -- and OpenSSL's EVP otherwise
+ * (one context per key and direction, so the key schedule is computed
+ * once).  Both compute the same AES-128-GCM, so nodes on either
+ * interoperate; the library is checked against OpenSSL under every key
+ * installed.  Checked under ASan/UBSan: sealed datagrams verify; any
+ * flipped byte, a truncation or the other key fails.
  */
 #ifndef RP_AUTH_H
 #define RP_AUTH_H
@@ -113,12 +115,20 @@ int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub);
 uint64_t rp_auth_signatures(const rp_auth_t *a);
 
 uint64_t rp_auth_sealed(const rp_auth_t *a);
-/* Whether seal and open use gcmfast.h (1) or OpenSSL's EVP (0).  set_fast
- * asks for it (on) or forces EVP (off, for tests and benchmarks); it can
- * only turn on what rp_auth_new found agreeing with OpenSSL.  Returns the
- * new state. */
-int rp_auth_fast(const rp_auth_t *a);
-int rp_auth_set_fast(rp_auth_t *a, int on);
+/* Which engine seals and opens (both compute the same AES-128-GCM and
+ * GMAC, so they interoperate): */
+#define RP_MAC_OPENSSL 0    /* OpenSSL's EVP: everywhere (the fallback) */
+#define RP_MAC_IPSECMB 1    /* intel-ipsec-mb (gcmlib.h): the default where usable */
+int rp_auth_impl(const rp_auth_t *a);
+/* Whether an engine can run under this context's keys: in the build, on
+ * this CPU, and agreeing with OpenSSL under every key (rp_auth_new checks). */
+int rp_auth_impl_available(const rp_auth_t *a, int impl);
+/* Switch engines (tests, benchmarks, Config.mac_impl): 0, or -1 and no
+ * change when that engine is not available. */
+int rp_auth_set_impl(rp_auth_t *a, int impl);
+const char *rp_auth_impl_name(int impl);
+/* intel-ipsec-mb's version and code path ("1.3.0 avx512+vaes"), "" if none. */
+const char *rp_auth_lib_describe(void);
 const rp_replay_t *rp_auth_replay(const rp_auth_t *a);
 uint64_t rp_auth_arena_full(const rp_auth_t *a);
 

@@ -786,8 +786,13 @@ cdef extern from "auth.h" nogil:
     void rp_auth_set_encrypt(rp_auth_t *a, int on)
     int rp_auth_encrypting(const rp_auth_t *a)
     uint64_t rp_auth_sealed(const rp_auth_t *a)
-    int rp_auth_fast(const rp_auth_t *a)
-    int rp_auth_set_fast(rp_auth_t *a, int on)
+    int RP_MAC_OPENSSL
+    int RP_MAC_IPSECMB
+    int rp_auth_impl(const rp_auth_t *a)
+    int rp_auth_impl_available(const rp_auth_t *a, int impl)
+    int rp_auth_set_impl(rp_auth_t *a, int impl)
+    const char *rp_auth_impl_name(int impl)
+    const char *rp_auth_lib_describe()
     const rp_replay_t *rp_auth_replay(const rp_auth_t *a)
     uint64_t rp_auth_arena_full(const rp_auth_t *a)
     int RP_AUTH_SIGNED_TRAILER

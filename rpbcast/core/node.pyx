@@ -240,9 +240,13 @@ cdef class Node:
         cdef bytes mat = b"".join(bytes(v) for _, v in keys)
         if len(keys) > 2 or len(mat) != RP_AUTH_KEY_LEN * len(keys):
             raise ValueError("one or two keys of 16 bytes each")
+        # a roll-over keeps the MAC engine chosen before (set_auth_impl), where it can run
+        cdef int prev = rp_auth_impl(self.n.auth) if self.n.auth != NULL else -1
         if rp_node_set_auth(&self.n, <const uint8_t *>ids if keys else NULL,
                             <const uint8_t *>mat if keys else NULL, len(keys), counter0) != RP_OK:
             raise ValueError("the crypto library refused the keys (or two keys share an id)")
+        if prev >= 0 and self.n.auth != NULL:
+            rp_auth_set_impl(self.n.auth, prev)
 
     def set_encrypt(self, bint on):
         """Encrypt the body of every datagram sent (AES-128-GCM under the
@@ -284,26 +288,45 @@ cdef class Node:
         return self.n.auth != NULL and rp_auth_encrypting(self.n.auth) != 0
 
     @property
-    def auth_fast(self):
-        """Whether sealing and verifying skip OpenSSL's EVP layer (csrc/gcmfast.h:
-        the same AES-GCM/GMAC on AES-NI/VAES/VPCLMULQDQ, checked against
-        OpenSSL at every key installation); False unkeyed or where unavailable."""
-        return self.n.auth != NULL and rp_auth_fast(self.n.auth) != 0
+    def auth_impl(self):
+        """Which engine computes the MAC (and encryption), both the same
+        AES-128-GCM/GMAC (csrc/auth.h): "ipsec-mb" (intel-ipsec-mb, the
+        default where the build has it and the CPU runs it in hardware) or
+        "openssl" (OpenSSL's EVP, everywhere); None unkeyed."""
+        if self.n.auth == NULL:
+            return None
+        return rp_auth_impl_name(rp_auth_impl(self.n.auth)).decode()
 
-    def set_auth_fast(self, bint on):
-        """Use the direct path (on, the default where available) or force
-        OpenSSL's EVP (off: tests and benchmarks compare the two).  Returns
-        whether the direct path is now used; needs set_auth first."""
+    def auth_impls(self):
+        """The engines that can run here under the installed keys (each one
+        was checked against OpenSSL when the keys were installed)."""
+        if self.n.auth == NULL:
+            return []
+        return [rp_auth_impl_name(i).decode() for i in (RP_MAC_IPSECMB, RP_MAC_OPENSSL)
+                if rp_auth_impl_available(self.n.auth, i)]
+
+    def set_auth_impl(self, str name):
+        """Seal and verify with engine ``name`` ("ipsec-mb" or "openssl";
+        see auth_impl).  ValueError when that engine cannot run here (not
+        built, not on this CPU, or it disagreed with OpenSSL); needs
+        set_auth first."""
         if self.n.auth == NULL:
             raise ValueError("set_auth first")
-        return rp_auth_set_fast(self.n.auth, on) != 0
+        codes = {"ipsec-mb": RP_MAC_IPSECMB, "openssl": RP_MAC_OPENSSL}
+        if name not in codes:
+            raise ValueError(f"unknown MAC engine {name!r} (one of {', '.join(codes)})")
+        if rp_auth_set_impl(self.n.auth, codes[name]) != 0:
+            raise ValueError(f"MAC engine {name!r} is not available here (can run: "
+                             f"{', '.join(self.auth_impls())})")
 
     def auth_stats(self):
         """A keyed node's MAC and replay counters ({} unkeyed): datagrams
         sealed, the replay table's sources (and its bound), control
         datagrams accepted and refused as replays, sources evicted at the
         bound, datagrams dropped because the plaintext buffers were full,
-        and whether the MAC runs on the direct path (1) or OpenSSL's EVP (0)."""
+        and the engine that computes the MAC (auth_impl; mac_lib: for
+        intel-ipsec-mb, its version and the code path it chose, e.g.
+        "1.3.0 avx512+vaes")."""
         if self.n.auth == NULL:
             return {}
         cdef const rp_replay_t *r = rp_auth_replay(self.n.auth)
@@ -311,7 +334,9 @@ cdef class Node:
                 "replay_sources_max": r.cap, "replay_fresh": r.accepted,
                 "replay_refused": r.refused, "replay_evicted": r.evicted,
                 "decrypt_buffers_full": rp_auth_arena_full(self.n.auth),
-                "mac_direct": rp_auth_fast(self.n.auth)}
+                "mac_impl": self.auth_impl,
+                # the library's version and the code it picked for this CPU
+                "mac_lib": rp_auth_lib_describe().decode() if self.auth_impl == "ipsec-mb" else ""}
 
     def attach_log(self, LogStore log):
         """Make this node a logger writing to ``log`` (kept alive here)."""

@@ -40,7 +40,7 @@ import random
 import numpy as np
 from typing import List, NamedTuple, Optional, Tuple
 
-from rpbcast.config import Config, read_key_file, read_signing_keys
+from rpbcast.config import Config, ConfigError, read_key_file, read_signing_keys
 from rpbcast.core import wire
 from rpbcast.core.node import NOLABEL, Node
 from rpbcast.protocol import send_buffer
@@ -143,8 +143,11 @@ class Engine:
         ns (csrc/auth.h says why).  The parts size their messages by
         cfg.mtu, so they see the MTU less the trailer."""
         self.node.set_auth(read_key_file(cfg.key_file), counter0)
-        if cfg.mac_impl == "openssl":
-            self.node.set_auth_fast(False)
+        if cfg.mac_impl != "auto":
+            try:
+                self.node.set_auth_impl(cfg.mac_impl)
+            except ValueError as e:
+                raise ConfigError(f"mac_impl: {e}") from None
         if cfg.encrypt:
             self.node.set_encrypt(True)
         if cfg.signed:

@@ -41,6 +41,8 @@ def add_parsers(sub):
                    help="group key file: every datagram carries a MAC (docs/security.md)")
     p.add_argument("--encrypt", action="store_true",
                    help="with --key-file: encrypt every datagram's body (Config.encrypt)")
+    p.add_argument("--mac-impl", choices=["auto", "ipsec-mb", "openssl"], default="auto",
+                   help="with --key-file: the engine that computes the MAC (Config.mac_impl)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",

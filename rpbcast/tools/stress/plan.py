@@ -182,6 +182,7 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
     if getattr(args, "key_file", None):
         cfg["key_file"] = os.path.abspath(args.key_file)     # a keyed group (docs/security.md)
         cfg["encrypt"] = bool(getattr(args, "encrypt", False))
+        cfg["mac_impl"] = getattr(args, "mac_impl", "auto")
     if role == "logger":
         cfg["log_dir"] = os.path.join(plan.work, f"log{i}")
         cfg["fsync"] = "interval"
