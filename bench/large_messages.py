@@ -96,6 +96,9 @@ def run_recv(ports, size, count):
                       "gaps": st.get("gaps"), "dropped_full": st.get("rx_dropped_full"),
                       "store_max_bytes": st.get("store_bytes"),
                       "sock_drops": sock_drops, "longest_recv_call_s": round(gap, 3), "reasked_heads": st.get("reasked_heads", 0),
+                      "app_yields": st["loop"].get("app_yields"),
+                      "app_wait_batches_max": st["loop"].get("app_wait_batches_max"),
+                      "buffers_allocated": st["reassembly"].get("buffers_allocated"),
                       "dropped_partials": sum(v for k, v in st["reassembly"].items()
                                               if k.startswith("dropped_"))}), flush=True)
 
