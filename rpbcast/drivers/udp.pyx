@@ -682,6 +682,17 @@ cdef class Transport:
         return r > 0
 
     @property
+    def yield_batches(self):
+        """Receive batches the loop thread does while an application take
+        waits for the node lock before it hands the lock over (0: never;
+        csrc/loop.c rp_loop_lock_app)."""
+        return self.loop.yield_batches
+
+    @yield_batches.setter
+    def yield_batches(self, uint32_t n):
+        self.loop.yield_batches = n
+
+    @property
     def app_receive(self):
         """True when a waiting application thread receives from the
         sockets itself (rp_loop_app_wait); needs the loop thread."""
