@@ -63,11 +63,13 @@ def config(i, ports):
 
 def run_recv(ports, size, count):
     from rpbcast import Node
+    # the buffers first: zeroing 64 MB holds the GIL, which the node's
+    # control calls (under its mutex) would wait for
+    buf = bytearray(64 << 20)
+    seen = np.zeros(count, np.uint8)
     node = Node(config(2, ports))
     py_ctl = _time_control(node.engine)
     print(json.dumps({"ready": True}), flush=True)
-    buf = bytearray(64 << 20)
-    seen = np.zeros(count, np.uint8)
     got = nbytes = 0
     t1 = None
     end = time.time() + 120
