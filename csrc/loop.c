@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <linux/futex.h>
