@@ -17,7 +17,11 @@ Per run it also prints where the loss went and what held the receiver:
 a full receive buffer), `gap_ids`/`repairs`, `reasked_heads` (lost repairs
 of the lowest missing ids asked again, rpbcast/protocol/pulls.py) and
 `longest_recv_call_s` (the longest single recv_batch call: the application
-thread waiting for the loop's mutex).  `--trees A,B` alternates checkouts
+thread waiting for the loop's mutex), and of that wait what the receiver's
+loop counted: `app_wait_batches_max` (its receive batches during one wait,
+csrc/loop.c rp_loop_lock_app), `lock_wait_max_ms`, `control_max_ms` (its
+longest control-plane call, which holds the mutex and waits for the GIL),
+`buffers_allocated` (fresh reassembly buffers, csrc/frag.c).  `--trees A,B` alternates checkouts
 (each run's PYTHONPATH) within every rep, `--flow-windows 0,8192`
 Config.flow_window values.
 """
@@ -59,10 +63,13 @@ def config(i, ports):
 
 def run_recv(ports, size, count):
     from rpbcast import Node
-    node = Node(config(2, ports))
-    print(json.dumps({"ready": True}), flush=True)
+    # the buffers first: zeroing 64 MB holds the GIL, which the node's
+    # control calls (under its mutex) would wait for
     buf = bytearray(64 << 20)
     seen = np.zeros(count, np.uint8)
+    node = Node(config(2, ports))
+    py_ctl = _time_control(node.engine)
+    print(json.dumps({"ready": True}), flush=True)
     got = nbytes = 0
     t1 = None
     end = time.time() + 120
@@ -96,8 +103,32 @@ def run_recv(ports, size, count):
                       "gaps": st.get("gaps"), "dropped_full": st.get("rx_dropped_full"),
                       "store_max_bytes": st.get("store_bytes"),
                       "sock_drops": sock_drops, "longest_recv_call_s": round(gap, 3), "reasked_heads": st.get("reasked_heads", 0),
+                      "app_yields": st["loop"].get("app_yields"),
+                      "app_wait_batches_max": st["loop"].get("app_wait_batches_max"),
+                      "buffers_allocated": st["reassembly"].get("buffers_allocated"),
+                      "control_max_ms": round(st["loop"]["control_max_us"] / 1e3, 1),
+                      "control_py_max_ms": round(py_ctl[0] / 1e6, 1), "control_py_max_why": py_ctl[1],
+                      "lock_wait_max_ms": round((st["loop"].get("app_lock_wait_max_us") or 0) / 1e3, 1),
                       "dropped_partials": sum(v for k, v in st["reassembly"].items()
                                               if k.startswith("dropped_"))}), flush=True)
+
+
+def _time_control(engine):
+    """The longest control-plane call as Python sees it (from inside the
+    GIL): against the loop's own `control_max_ms` (from before it took the
+    GIL) it tells a slow engine from a wait for the GIL under the mutex."""
+    worst = [0, None]
+    inner = engine.on_data_plane
+
+    def timed(now, **why):
+        t = time.perf_counter_ns()
+        r = inner(now, **why)
+        d = time.perf_counter_ns() - t
+        if d > worst[0]:
+            worst[0], worst[1] = d, "+".join(k for k, v in why.items() if v)
+        return r
+    engine.on_data_plane = timed
+    return worst
 
 
 def udp_drops():

@@ -29,29 +29,37 @@ static uint8_t *buf_get(rp_frag_t *f, size_t need, size_t *cap) {
             uint8_t *b = f->spare[i];
             *cap = f->spare_cap[i];
             f->spare[i] = NULL;
+            f->spare_bytes -= *cap;
             return b;
         }
     *cap = need;
+    f->buf_fresh++;
     return (uint8_t *)malloc(need);
 }
 
-/* Keep m's buffer for a later message: in an empty spare slot, or instead
- * of the smallest spare when m's is larger. */
+/* Keep m's buffer for a later message: in an empty spare slot within the
+ * byte bound, or instead of the smallest spare when m's is larger. */
 static void buf_keep(rp_frag_t *f, rp_fragpart_t *m) {
-    int k = 0;
+    int k = -1, small = 0;
     for (int i = 0; i < RP_FRAG_SPARES; i++) {
         if (!f->spare[i]) {
-            k = i;
-            break;
+            if (k < 0)
+                k = i;
+        } else if (!f->spare[small] || f->spare_cap[i] < f->spare_cap[small]) {
+            small = i;
         }
-        if (f->spare_cap[i] < f->spare_cap[k])
-            k = i;
     }
-    if (f->spare[k] && f->spare_cap[k] >= m->cap)
-        return;
-    free(f->spare[k]);
+    if (k < 0 || f->spare_bytes + m->cap > RP_FRAG_SPARE_BYTES) {
+        k = small;          /* full: replace the smallest, if m's is larger */
+        if (!f->spare[k] || f->spare_cap[k] >= m->cap ||
+            f->spare_bytes - f->spare_cap[k] + m->cap > RP_FRAG_SPARE_BYTES)
+            return;
+        f->spare_bytes -= f->spare_cap[k];
+        free(f->spare[k]);
+    }
     f->spare[k] = m->buf;
     f->spare_cap[k] = m->cap;
+    f->spare_bytes += m->cap;
     m->buf = NULL;
 }
 
@@ -71,6 +79,7 @@ void rp_frag_free(rp_frag_t *f) {
         free(f->spare[i]);
         f->spare[i] = NULL;
     }
+    f->spare_bytes = 0;
     f->n = f->cap = 0;
     f->bytes = 0;
 }

@@ -26,7 +26,8 @@
 
 #define RP_FRAG_MAX_PARTS 4096
 #define RP_FRAG_TOMBS     256
-#define RP_FRAG_SPARES    4
+#define RP_FRAG_SPARES    32
+#define RP_FRAG_SPARE_BYTES (64ull << 20)   /* at most this much kept in spare buffers */
 #define RP_FRAG_STALE_NS  (5 * 1000000000LL)   /* a partial without progress this long may be dropped */
 
 /* Why a partial message was dropped (rp_frag_t.dropped[]). */
@@ -76,9 +77,15 @@ typedef struct {
     uint32_t ntomb;
     uint64_t whole, fragments;  /* messages reassembled, fragments taken */
     /* buffers of finished messages kept for the next ones: a fresh 1 MB
-     * malloc is a fresh mmap, whose page faults cost more than the copy */
+     * malloc is a fresh mmap, whose page faults cost more than the copy.
+     * As many as a stream had in use at once (whole messages waiting for
+     * the application included: four were too few, the loop thread then
+     * spent a sixth of its time in page faults and munmap), up to
+     * RP_FRAG_SPARE_BYTES. */
     uint8_t *spare[RP_FRAG_SPARES];
     size_t spare_cap[RP_FRAG_SPARES];
+    uint64_t spare_bytes;
+    uint64_t buf_fresh;         /* buffers allocated (not a spare) */
     uint64_t dropped[RP_FRAG_D__COUNT];
 } rp_frag_t;
 

@@ -85,6 +85,24 @@ typedef struct {
                                 * (receive_mode "spin"): the loop stays parked
                                 * until its next timer or 10 x blind_max_ns */
     uint64_t n_control_ns, max_control_ns;  /* time in control-plane calls (mu held) */
+    /* The application's takes against the loop's receive batches (mu is not
+     * fair: rp_loop_lock_app).  app_lock_want: application threads blocked
+     * on mu in a take; the loop counts its batches meanwhile and after
+     * yield_batches of them stops receiving, unlocks and waits (at most
+     * yield_max_ns) until one of them got mu (app_lock_got moved). */
+    volatile int app_lock_want;
+    uint32_t app_lock_got;           /* a futex word: the loop sleeps on it while handing over */
+    int loop_handing;                /* the loop sleeps on app_lock_got: wake it */
+    uint32_t yield_batches;          /* 0: never yield */
+    uint32_t app_wait_batches;       /* batches the loop did while a take waited (mu held) */
+    int yielding;                    /* this turn stopped receiving to let a take in */
+    int64_t yield_max_ns;
+    uint64_t n_app_yields;           /* turns the loop cut short for a waiting take */
+    uint64_t n_app_lock_waits;       /* takes that found mu held and waited */
+    uint64_t n_handover_timeouts;    /* hand-overs that gave up after yield_max_ns (the take's
+                                      * thread was not scheduled: the loop went on receiving) */
+    uint64_t max_app_wait_batches;   /* the most loop batches one take waited through */
+    uint64_t max_app_lock_wait_ns;   /* the longest a take waited for mu */
 } rp_loop_t;
 
 int64_t rp_now_ns(void);
@@ -133,6 +151,12 @@ void rp_loop_close_waiters(rp_loop_t *l);
 /* The node lock, for the application's calls into the node. */
 void rp_loop_lock(rp_loop_t *l);
 void rp_loop_unlock(rp_loop_t *l);
+/* The same for an application's take of deliveries: a take that has to
+ * wait is announced to the loop, which lets it in within yield_batches
+ * receive batches (a torrent of full batches -- 1 MB messages on loopback --
+ * would otherwise keep retaking the unfair mutex for 0.1 s and more while
+ * the reassembled messages wait).  Unlock with rp_loop_unlock. */
+void rp_loop_lock_app(rp_loop_t *l);
 
 /* Publish one message and send it; returns its seq or a negative error
  * (RP_EWINDOW: the send window is full). */

@@ -551,6 +551,7 @@ cdef extern from "node.h" nogil:
         uint64_t bytes, max_bytes
         uint64_t whole, fragments
         uint64_t dropped[4]
+        uint64_t spare_bytes, buf_fresh
     ctypedef struct rp_stream_t:
         uint32_t id
         uint8_t subscribed
@@ -742,6 +743,9 @@ cdef extern from "loop.h" nogil:
         int app_rx
         int64_t blind_max_ns
         uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins, n_app_rx_empty
+        uint32_t yield_batches
+        int64_t yield_max_ns
+        uint64_t n_app_yields, n_app_lock_waits, n_handover_timeouts, max_app_wait_batches, max_app_lock_wait_ns
     int64_t rp_now_ns()
     int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
                      uint32_t rx_batch, int busy_poll)
@@ -763,6 +767,7 @@ cdef extern from "loop.h" nogil:
                                      const uint64_t *labels, size_t count, uint32_t stream)
     void rp_loop_lock(rp_loop_t *l)
     void rp_loop_unlock(rp_loop_t *l)
+    void rp_loop_lock_app(rp_loop_t *l)
 
 
 cdef extern from "flowack.h" nogil:

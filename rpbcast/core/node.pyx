@@ -694,7 +694,8 @@ cdef class Node:
         cdef int i
         out = dict(whole=self.n.frag.whole, fragments=self.n.frag.fragments,
                    partial=self.n.frag.n, partial_bytes=self.n.frag.bytes,
-                   bound=self.n.frag.max_bytes)
+                   bound=self.n.frag.max_bytes,
+                   buffers_allocated=self.n.frag.buf_fresh, spare_bytes=self.n.frag.spare_bytes)
         for i in range(RP_FRAG_D__COUNT):
             out["dropped_" + rp_frag_drop_names[i].decode()] = self.n.frag.dropped[i]
         return out

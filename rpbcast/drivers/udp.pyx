@@ -604,7 +604,7 @@ cdef class Transport:
         cdef Deliveries d = Deliveries(max_n)
         cdef size_t k
         with nogil:
-            rp_loop_lock(&self.loop)
+            rp_loop_lock_app(&self.loop)
             k = d.take(&self.node.n, buf, rp_now_ns())
             if k:
                 rp_loop_after_take(&self.loop)     # the flow window acknowledges what was taken
@@ -618,7 +618,7 @@ cdef class Transport:
         application take goes through here, so none is left out)."""
         cdef size_t k
         with nogil:
-            rp_loop_lock(&self.loop)
+            rp_loop_lock_app(&self.loop)    # a waiting take is let in within a few loop batches
             k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
                                 &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
                                 buf.shape[0], rp_now_ns())
@@ -682,6 +682,17 @@ cdef class Transport:
         return r > 0
 
     @property
+    def yield_batches(self):
+        """Receive batches the loop thread does while an application take
+        waits for the node lock before it hands the lock over (0: never;
+        csrc/loop.c rp_loop_lock_app)."""
+        return self.loop.yield_batches
+
+    @yield_batches.setter
+    def yield_batches(self, uint32_t n):
+        self.loop.yield_batches = n
+
+    @property
     def app_receive(self):
         """True when a waiting application thread receives from the
         sockets itself (rp_loop_app_wait); needs the loop thread."""
@@ -739,6 +750,13 @@ cdef class Transport:
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
                      "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty,
                      "tail_probes": self.loop.n_probes,
+                     # takes against the loop's receive batches (rp_loop_lock_app):
+                     # turns the loop cut short for a waiting take, the most
+                     # batches one take waited through, its longest wait
+                     "app_yields": self.loop.n_app_yields, "app_lock_waits": self.loop.n_app_lock_waits,
+                     "app_handover_timeouts": self.loop.n_handover_timeouts,
+                     "app_wait_batches_max": self.loop.max_app_wait_batches,
+                     "app_lock_wait_max_us": self.loop.max_app_lock_wait_ns / 1e3,
                      # time the control plane held the node lock (a receive waits that long)
                      "control_us": ctl_ns / 1e3, "control_max_us": ctl_max / 1e3}
         return d
