@@ -50,6 +50,15 @@ int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
     return 1;
 }
 
+void rp_sendwin_signal(rp_sendwin_t *w) {
+    if (w->fd < 0)
+        return;
+    w->waiting = 0;
+    uint64_t one = 1;
+    ssize_t r = write(w->fd, &one, sizeof(one));
+    (void)r;
+}
+
 int rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now) {
     if (!n->flowack)
         return 0;

@@ -58,6 +58,9 @@ int rp_sendwin_reopened(const rp_sendwin_t *w, const rp_node_t *n);
  * one slot would publish one message per wake-up).  Returns 1 if signalled. */
 int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n);
 
+/* Wake every waiter whatever the window holds (closing: they return). */
+void rp_sendwin_signal(rp_sendwin_t *w);
+
 /* After a receive batch (the loop's one call): queue the flow
  * acknowledgments due (flowack.h) and, when ours moved, wake the waiters.
  * Returns 1 if acknowledgments were queued: the caller sends them at once

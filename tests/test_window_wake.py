@@ -130,3 +130,35 @@ def test_waiting_for_room_in_an_open_window_returns_at_once_and_a_shut_one_times
         finally:
             rx.close(report=False)
             tx.close(report=False)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(60)
+def test_closing_the_node_ends_a_wait_for_room():
+    """A publisher blocked for room while the node closes returns False at
+    once, without waiting out its timeout (before, its wait slept on the
+    window's eventfd, which closing did not signal)."""
+    from rpbcast import Node
+    with netns.namespace() as ns, netns.entered(ns):
+        tx, rx = Node(_cfg(1, PORT + 30)), Node(_cfg(2, PORT + 30))
+        try:
+            time.sleep(0.2)
+            _fill(tx)
+            woke = {}
+
+            def wait():
+                woke["ok"] = tx.transport.wait_writable(30.0)
+                woke["at"] = time.monotonic()
+
+            th = threading.Thread(target=wait)
+            th.start()
+            time.sleep(0.3)
+            t_close = time.monotonic()
+            tx.close(report=False)
+            th.join(10)
+            assert woke.get("ok") is False
+            assert woke["at"] - t_close < 3.0, woke
+            assert tx.wait_writable(None) is False          # the Node's wait: closed, no room to wait for
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)

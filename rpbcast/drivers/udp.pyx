@@ -108,6 +108,7 @@ cdef extern from "sendwindow.h" nogil:
     uint64_t rp_sendwin_in_flight(const rp_node_t *n)
     uint64_t rp_sendwin_room(const rp_sendwin_t *w, const rp_node_t *n)
     void rp_sendwin_closed(rp_sendwin_t *w)
+    void rp_sendwin_signal(rp_sendwin_t *w)
 
 cdef extern from "loop.h" nogil:
     rp_sendwin_t *rp_loop_window(rp_loop_t *l)
@@ -365,6 +366,7 @@ cdef class Transport:
     def close(self):
         if self.loop_ok:
             rp_loop_close_waiters(&self.loop)   # a receiver waiting returns now
+            rp_sendwin_signal(rp_loop_window(&self.loop))   # ... and a publisher waiting for room
         self.stop()
         if self.loop_ok:
             self.lock()
