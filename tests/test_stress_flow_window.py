@@ -48,3 +48,12 @@ def test_the_default_stress_prints_its_flow_window_and_latency_in_milliseconds(t
     assert rc == 0 and s["exactly_once"], s["problems"]
     assert s["flow_window"] == STRESS_FLOW_WINDOW
     assert 0 < s["latency_p99"] < 1e9, s["latency_p99"]  # ns: below a second
+
+
+def test_the_report_interval_option_reaches_every_node(tmp_path):
+    args = stress_args("--flow-report-interval", "0.01", "--run-dir", str(tmp_path / "run"))
+    plan = make_plan(args, use_ns=False)
+    assert {worker_spec(args, plan, i, "receiver")["config"]["flow_report_interval"] for i in plan.receivers} == {0.01}
+    assert worker_spec(args, plan, plan.senders[0], "sender")["config"]["flow_report_interval"] == 0.01
+    args = stress_args("--run-dir", str(tmp_path / "run2"))
+    assert "flow_report_interval" not in worker_spec(args, make_plan(args, use_ns=False), 1, "sender")["config"]

@@ -185,6 +185,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         # rounds; buffer_time), not rpbcast's byte bound on the gossip
         # buffer: the whole store may hold it
         cfg["gossip_buffer_bytes"] = cfg["store_bytes"]
+    if getattr(args, "flow_report_interval", None):
+        cfg["flow_report_interval"] = args.flow_report_interval
     if flow_window(args, plan) is not None:
         cfg["flow_window"] = flow_window(args, plan)
     if getattr(args, "send_window", None) is not None:
