@@ -327,6 +327,25 @@ static void after_publish(rp_loop_t *l, int64_t now) {
 
 static int app_rx_once(rp_loop_t *l, int mask);
 
+/* The publisher reads the sockets in `mask` (mu held), for the
+ * acknowledgments in them.  Deliveries it read for a receiving thread of
+ * this node are signalled (app_rx_once tells the loop not to): that thread
+ * may have looked at the sockets just before this one emptied them. */
+static int publisher_rx(rp_loop_t *l, int mask) {
+    rp_node_t *n = l->node;
+    uint64_t head = n->store.head;
+    int got = app_rx_once(l, mask);
+    if (got <= 0)
+        return 0;
+    l->n_win_rx++;
+    if (n->store.head != head && rp_node_pending(n)) {
+        uint64_t one = 1;
+        ssize_t r = write(l->app_fd, &one, sizeof(one));
+        (void)r;
+    }
+    return got;
+}
+
 /* A publish that found the window short (mu held): read the acknowledgments
  * already in the unicast socket before refusing -- the loop thread may not
  * have run since they arrived (it shares the cores with this one and the
@@ -334,10 +353,8 @@ static int app_rx_once(rp_loop_t *l, int mask);
 static uint64_t room_after_acks(rp_loop_t *l) {
     uint64_t room = rp_sendwin_room(&l->win, l->node);
     if (l->app_rx && !l->ctl_pending && !l->closing && l->node->flowack && l->socks[1] &&
-        app_rx_once(l, 1 << 1) > 0) {
-        l->n_win_rx++;
+        publisher_rx(l, 1 << 1))
         room = rp_sendwin_room(&l->win, l->node);
-    }
     return room;
 }
 
@@ -602,19 +619,8 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
     for (;;) {
         pthread_mutex_lock(&l->mu);
         rp_node_t *n = l->node;
-        if (own && mask && !l->closing) {
-            uint64_t head = n->store.head;
-            if (app_rx_once(l, mask) > 0) {
-                l->n_win_rx++;
-                if (n->store.head != head && rp_node_pending(n)) {
-                    /* deliveries for a receiving thread of this node: it
-                     * must not miss them because this one read them */
-                    uint64_t one = 1;
-                    ssize_t r = write(l->app_fd, &one, sizeof(one));
-                    (void)r;
-                }
-            }
-        }
+        if (own && mask && !l->closing)
+            publisher_rx(l, mask);
         room = rp_sendwin_room(&l->win, n);
         int open = room && rp_sendwin_reopened(&l->win, n);
         if (!open) {
