@@ -145,8 +145,9 @@ def receivers_commit(args, plan: Plan) -> bool:
 # The flow window a plain `rpbcast stress` runs with when --flow-window
 # does not say (issue 15, the maximum-rate goal): the publisher back-pressured
 # by what the receiving applications took, so the latency it prints is the
-# path's, not a backlog's (docs/performance.md, "Bounded queueing": at 0.98-0.99x
-# the rate of Config's default, flow window off, a sixth to an eighth of its p99).
+# path's, not a backlog's (docs/performance.md, "Bounded queueing": on the
+# loaded VM 0.8-1.1x the rate of Config's default, flow window off, at a third
+# to a thirteenth of its p99).
 # Runs that slow or stop a receiver on purpose (faults, --slow-receiver,
 # receivers that commit), atomic delivery, FIFO-SRB and the other protocols
 # keep Config's default: a flow window would pace them by the receiver they
