@@ -394,6 +394,39 @@ static void after_publish(rp_loop_t *l, int64_t now) {
         rp_loop_wake(l);
 }
 
+static int app_rx_once(rp_loop_t *l, int mask);
+
+/* The publisher reads the sockets in `mask` (mu held), for the
+ * acknowledgments in them.  Deliveries it read for a receiving thread of
+ * this node are signalled (app_rx_once tells the loop not to): that thread
+ * may have looked at the sockets just before this one emptied them. */
+static int publisher_rx(rp_loop_t *l, int mask) {
+    rp_node_t *n = l->node;
+    uint64_t head = n->store.head;
+    int got = app_rx_once(l, mask);
+    if (got <= 0)
+        return 0;
+    l->n_win_rx++;
+    if (n->store.head != head && rp_node_pending(n)) {
+        uint64_t one = 1;
+        ssize_t r = write(l->app_fd, &one, sizeof(one));
+        (void)r;
+    }
+    return got;
+}
+
+/* A publish that found the window short (mu held): read the acknowledgments
+ * already in the unicast socket before refusing -- the loop thread may not
+ * have run since they arrived (it shares the cores with this one and the
+ * receivers), and a refusal costs the publisher a wait. */
+static uint64_t room_after_acks(rp_loop_t *l) {
+    uint64_t room = rp_sendwin_room(&l->win, l->node);
+    if (l->app_rx && !l->ctl_pending && !l->closing && l->node->flowack && l->socks[1] &&
+        publisher_rx(l, 1 << 1))
+        room = rp_sendwin_room(&l->win, l->node);
+    return room;
+}
+
 size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *lens,
                        const uint64_t *labels, size_t count) {
     return rp_loop_publish_batch_ext(l, payloads, lens, labels, count, 0);
@@ -447,6 +480,8 @@ size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const ui
     pthread_mutex_lock(&l->mu);
     int64_t now = rp_now_ns();
     uint64_t room = rp_sendwin_room(&l->win, l->node);
+    if (count > room)
+        room = room_after_acks(l);
     if (count > room) {
         count = (size_t)room;
         rp_sendwin_closed(&l->win);
@@ -631,4 +666,78 @@ void rp_loop_close_waiters(rp_loop_t *l) {
     uint64_t one = 1;
     ssize_t r = write(l->app_fd, &one, sizeof(one));
     (void)r;
+}
+
+void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx) {
+    *waits = l->n_win_waits;
+    *rx = l->n_win_rx;
+}
+
+/* The publisher's wait for room (loop.h).  Like rp_loop_app_wait it reads
+ * only the sockets ppoll said are readable, hands control messages to the
+ * loop thread (and then leaves the sockets to it until it ran them), and
+ * while it waits the loop thread does not watch the sockets (app_waiting:
+ * one thread woken per datagram, not two contending for mu). */
+uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : rp_now_ns() + timeout_ns;
+    own = own && l->app_rx;
+    uint64_t room = 0;
+    int mask = 0, counted = 0;
+    if (own)
+        __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        rp_node_t *n = l->node;
+        if (own && mask && !l->closing)
+            publisher_rx(l, mask);
+        room = rp_sendwin_room(&l->win, n);
+        int open = room && rp_sendwin_reopened(&l->win, n);
+        if (!open) {
+            if (!counted++)
+                l->n_win_waits++;
+            if (!l->win.waiting)
+                rp_sendwin_closed(&l->win);     /* arm: the control plane's reopening signals */
+        }
+        int ctl = l->ctl_pending;
+        pthread_mutex_unlock(&l->mu);
+        if (open || l->closing)
+            break;
+        int64_t now = rp_now_ns();
+        if (now >= deadline)
+            break;
+        struct pollfd p[3];
+        int np = 0, sock_of[3] = {-1, -1, -1};
+        p[np].fd = l->win.fd;
+        p[np++].events = POLLIN;
+        if (own && !ctl)
+            for (int k = 0; k < 2; k++)
+                if (l->socks[k]) {
+                    sock_of[np] = k;
+                    p[np].fd = l->socks[k]->fd;
+                    p[np++].events = POLLIN;
+                }
+        /* with control messages pending the loop thread reads the sockets
+         * after it ran them: look again soon */
+        int64_t until = ctl && now + 200000 < deadline ? now + 200000 : deadline;
+        struct timespec ts, *tp = NULL;
+        if (until != INT64_MAX) {
+            int64_t w = until > now ? until - now : 0;
+            ts.tv_sec = w / 1000000000LL;
+            ts.tv_nsec = w % 1000000000LL;
+            tp = &ts;
+        }
+        int r = ppoll(p, (nfds_t)np, tp, NULL);
+        if (r < 0 && errno == EINTR)
+            break;      /* a signal: back to Python, which runs its handler */
+        mask = 0;
+        for (int i = 1; r > 0 && i < np; i++)
+            if (p[i].revents)
+                mask |= 1 << sock_of[i];
+    }
+    /* (the loop thread, blind meanwhile, looks at the sockets again within
+     * blind_max_ns; not woken here: a wake-up per window turn is the hop
+     * this wait saves, and the next short publish reads the acks itself) */
+    if (own)
+        __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    return room;
 }

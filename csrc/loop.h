@@ -61,6 +61,9 @@ typedef struct {
     uint64_t n_dropped;
     uint64_t n_iter, n_wakeups, n_control, n_tx_blocked;
     rp_sendwin_t win;        /* publish side: the send window */
+    uint64_t n_win_waits;    /* rp_loop_wait_room calls that found the window closed */
+    uint64_t n_win_rx;       /* socket reads by a publisher waiting for room (its
+                              * acknowledgments read by itself, not the loop thread) */
     /* The application thread receives itself (rp_loop_app_wait).  While
      * app_waiting > 0 the loop does not watch the sockets (it sleeps on
      * ctl_epfd, at most blind_max_ns at a time, so it takes the sockets back
@@ -181,6 +184,21 @@ void rp_loop_set_window(rp_loop_t *l, uint64_t limit);
 /* After the control plane ran (mu held): wake a publisher waiting for the
  * window if acknowledgments reopened it. */
 int rp_loop_window_poke(rp_loop_t *l);
+/* The publisher waits for room in the windows (at most timeout_ns; -1:
+ * forever), reading the sockets itself while it waits (when own and the
+ * application may receive, Config.app_receive): the acknowledgment that
+ * reopens the window wakes this thread directly -- no hop through the loop
+ * thread and the window's eventfd, two thread wake-ups per window turn on
+ * cores the receivers share.  Control messages it reads go to the loop
+ * thread, as in rp_loop_app_wait.  Returns the room now (0: the timeout
+ * passed, or closing; UINT64_MAX: no window).  Once a quarter of each
+ * window is free (rp_sendwin_reopened) it returns.  Call without mu held,
+ * from a threaded loop only. */
+uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own);
+/* Its counters: waits that found the window closed, socket reads that
+ * found acknowledgments (by a waiting or a short publish). */
+void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx);
+
 /* After the application took deliveries (mu held): send the flow
  * acknowledgments now due (flowack.h). */
 void rp_loop_after_take(rp_loop_t *l);

@@ -27,9 +27,7 @@ void rp_sendwin_closed(rp_sendwin_t *w) {
     }
 }
 
-int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
-    if (!w->waiting)
-        return 0;
+int rp_sendwin_reopened(const rp_sendwin_t *w, const rp_node_t *n) {
     if (w->limit) {
         uint64_t f = rp_sendwin_in_flight(n);
         if (f < w->limit ? w->limit - f < (w->limit + 3) / 4 : 1)
@@ -38,12 +36,27 @@ int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
     const rp_flowack_t *fa = n->flowack;
     if (fa && fa->limit && rp_flowack_room(fa, n) < (fa->limit + 3) / 4)
         return 0;
+    return 1;
+}
+
+int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n) {
+    if (!w->waiting || !rp_sendwin_reopened(w, n))
+        return 0;
     w->waiting = 0;
     w->n_opened++;
     uint64_t one = 1;
     ssize_t r = write(w->fd, &one, sizeof(one));
     (void)r;
     return 1;
+}
+
+void rp_sendwin_signal(rp_sendwin_t *w) {
+    if (w->fd < 0)
+        return;
+    w->waiting = 0;
+    uint64_t one = 1;
+    ssize_t r = write(w->fd, &one, sizeof(one));
+    (void)r;
 }
 
 int rp_sendwin_after_rx(rp_sendwin_t *w, rp_node_t *n, int drained, int64_t now) {

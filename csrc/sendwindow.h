@@ -49,10 +49,17 @@ RP_INLINE uint64_t rp_sendwin_room(const rp_sendwin_t *w, const rp_node_t *n) {
  * signal so the waiter sleeps until the window really reopens. */
 void rp_sendwin_closed(rp_sendwin_t *w);
 
+/* The windows are open again: a quarter of each free (the wake-up mark:
+ * rp_sendwin_poke, rp_loop_wait_room). */
+int rp_sendwin_reopened(const rp_sendwin_t *w, const rp_node_t *n);
+
 /* After acknowledgments moved: wake the waiters once a quarter of the
  * window is free again (not at every single message: a waiter woken for
  * one slot would publish one message per wake-up).  Returns 1 if signalled. */
 int rp_sendwin_poke(rp_sendwin_t *w, const rp_node_t *n);
+
+/* Wake every waiter whatever the window holds (closing: they return). */
+void rp_sendwin_signal(rp_sendwin_t *w);
 
 /* After a receive batch (the loop's one call): queue the flow
  * acknowledgments due (flowack.h) and, when ours moved, wake the waiters.

@@ -345,10 +345,14 @@ class Node:
 
     def wait_writable(self, timeout: Optional[float] = None) -> bool:
         """Block until the send window has room (at most timeout seconds,
-        None: as long as it takes); True if it has.  Woken by the window's
-        eventfd when acknowledgments reopen it."""
+        None: as long as it takes); True if it has.  Woken by the
+        acknowledgment that reopens it, read by this thread itself (or the
+        window's eventfd, when the control plane reopens it); False once
+        the node is closed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if self._closed:
+                return False
             room = self.transport.window_room(arm=True)
             if room is None or room > 0:
                 return True

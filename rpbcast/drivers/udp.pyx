@@ -108,6 +108,7 @@ cdef extern from "sendwindow.h" nogil:
     uint64_t rp_sendwin_in_flight(const rp_node_t *n)
     uint64_t rp_sendwin_room(const rp_sendwin_t *w, const rp_node_t *n)
     void rp_sendwin_closed(rp_sendwin_t *w)
+    void rp_sendwin_signal(rp_sendwin_t *w)
 
 cdef extern from "loop.h" nogil:
     rp_sendwin_t *rp_loop_window(rp_loop_t *l)
@@ -115,6 +116,8 @@ cdef extern from "loop.h" nogil:
     int rp_loop_window_poke(rp_loop_t *l)
     void rp_loop_control_time(const rp_loop_t *l, uint64_t *total_ns, uint64_t *max_ns)
     void rp_loop_after_take(rp_loop_t *l)
+    uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own)
+    void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -363,6 +366,7 @@ cdef class Transport:
     def close(self):
         if self.loop_ok:
             rp_loop_close_waiters(&self.loop)   # a receiver waiting returns now
+            rp_sendwin_signal(rp_loop_window(&self.loop))   # ... and a publisher waiting for room
         self.stop()
         if self.loop_ok:
             self.lock()
@@ -583,19 +587,17 @@ cdef class Transport:
             self.unlock()
 
     def wait_writable(self, double timeout):
-        """Wait up to timeout seconds (< 0: forever) for the send window to
-        reopen after a publish found it full; True if it was signalled.  The
-        signal is not consumed here: every waiter sees it, and the next
-        publish that finds the window full clears it (under the node lock,
-        so no reopening is missed)."""
-        cdef pollfd p
-        cdef int r
-        p.fd = rp_loop_window(&self.loop).fd
-        p.events = POLLIN
-        cdef int ms = -1 if timeout < 0 else <int>(timeout * 1000 + 0.999)
+        """Wait up to timeout seconds (< 0: forever) until a quarter of the
+        windows is free again; True if there is room.  A threaded node with
+        app_receive reads its sockets itself meanwhile (rp_loop_wait_room):
+        the acknowledgment that reopens the window wakes this thread, not
+        the loop thread and then this one through the window's eventfd."""
+        cdef int64_t t = -1 if timeout < 0 else <int64_t>(timeout * 1e9)
+        cdef int own = self.app_receive
+        cdef uint64_t room
         with nogil:
-            r = poll(&p, 1, ms)
-        return r > 0
+            room = rp_loop_wait_room(&self.loop, t, own)
+        return room > 0
 
     def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, uint32_t[::1] streams=None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
@@ -735,13 +737,17 @@ cdef class Transport:
             "rcvbuf": self.mrx.rcvbuf if self.have_mrx else self.uc.rcvbuf, "sndbuf": self.uc.sndbuf,
             "timestamps": bool(self.uc.timestamps or (self.have_mrx and self.mrx.timestamps)),
         }
-        cdef uint64_t ctl_ns, ctl_max
+        cdef uint64_t ctl_ns, ctl_max, win_waits, win_rx
         rp_loop_control_time(&self.loop, &ctl_ns, &ctl_max)
+        rp_loop_window_counts(&self.loop, &win_waits, &win_rx)
         d["loop"] = {"iterations": self.loop.n_iter, "wakeups": self.loop.n_wakeups,
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,
                      "dropped_in_process": self.loop.n_dropped, "errors": self.errors,
                      "window_closed": rp_loop_window(&self.loop).n_closed,
                      "window_opened": rp_loop_window(&self.loop).n_opened,
+                     # waits for room that found the windows closed, and socket reads
+                     # by the publisher itself that found acknowledgments
+                     "window_waits": win_waits, "window_rx": win_rx,
                      # the receive path: app_signals counts loop -> application
                      # hops (eventfd writes); app_rx_* what the application
                      # thread received itself; handoffs, batches it passed to

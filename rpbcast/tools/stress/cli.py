@@ -54,9 +54,13 @@ def add_parsers(sub):
     p.add_argument("--send-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's send window (Config.send_window; 0 = none, the store is the bound; "
                         "default: Config's)")
+    p.add_argument("--flow-report-interval", type=float, default=None, metavar="SECONDS",
+                   help="how often receivers report to the senders' control plane (Config.flow_report_interval; "
+                        "default: Config's)")
     p.add_argument("--flow-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's flow window over the receivers' data-plane acknowledgments "
-                        "(Config.flow_window; 0 = off; default: Config's)")
+                        "(Config.flow_window; 0 = off; default: 16384 for a plain rpbcast run, Config's "
+                        "(off) with faults, --slow-receiver, --atomic, --srb-window or another protocol)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from rpbcast.tools.stress.plan import receivers_commit
+from rpbcast.tools.stress.plan import flow_window, receivers_commit
 from rpbcast.tools.stress.tally import LAT_BINS
 
 
@@ -205,6 +205,7 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
         "transport": plan.transport, "loss": args.loss, "loss_model": plan.loss_model,
         "flow_control": plan.flow_control,
         "flow_commit": receivers_commit(args, plan),
+        "flow_window": flow_window(args, plan) or 0,
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
@@ -309,7 +310,8 @@ def print_summary(s):
         f"{s['size']} B messages, {s['transport']}" + (" between hosts on a bridge" if s.get("hosts") else "") +
         (f", flow control by {s.get('flow_control', 'loggers')}" if s.get("flow_control") in ("loggers", "receivers")
          else f", flow control: {s.get('flow_control')}") +
-        (" (receivers report what they checkpointed)" if s.get("flow_commit") else ""),
+        (" (receivers report what they checkpointed)" if s.get("flow_commit") else "") +
+        (f", flow window {s['flow_window']:,}" if s.get("flow_window") else ""),
         f"  group           {s.get('group_addr')}" + (" (IPv6)" if s.get("ipv6") else "") + "\n" +
         f"  loss            {s['loss']:.2%} ({s['loss_model']})" + (f", {s['kernel_drops'][0]:,} packets dropped by the kernel" if s.get("kernel_drops") else ""),
         f"  sent            {s['sent']:,} messages at {s['send_rate']:,.0f} msgs/s",
