@@ -278,6 +278,8 @@ class Node:
         self._bi = 0
         # < 0: spin for the whole wait (receive_mode "spin")
         self._spin = -1.0 if cfg.receive_mode == "spin" else cfg.receive_spin_us * 1e-6
+        if cfg.receive_mode == "spin":
+            self.transport.own_receive(True)
         self._streams_chosen = streams is not None
         if streams is not None:
             self.engine.node.only_streams(True)
