@@ -116,3 +116,30 @@ def test_the_default_wait_mode_keeps_the_loop_reading_between_waits():
         assert _loop_read(b.stats()) - _loop_read(st0) >= n * 0.2
     finally:
         close(a, b)
+
+
+def test_a_node_driven_by_poll_keeps_watching_its_sockets_in_spin_mode():
+    """Without a loop thread (Node(start=False), Node.poll) nobody is to be
+    parked: the node's own loop turn reads the sockets after every take
+    (owning them would blind Node.poll's wait for 10 ms after each take)."""
+    from rpbcast import Config
+    from rpbcast.api import Node
+    a, _b = pair()
+    cfg = _b.config.replace(receive_mode="spin")
+    close(_b)
+    b = Node(cfg, start=False)
+    try:
+        assert not b.transport.owns_receive
+        got = {}
+        n = 100
+        buf = bytearray(1 << 20)
+        for k in range(n):
+            a.publish(b"m%d" % k)
+            end = time.monotonic() + 5
+            while k not in got and time.monotonic() < end:
+                bt = b.poll(0.05, 64, buf)
+                for i in range(bt.count):
+                    got[int(bt.seqs[i])] = got.get(int(bt.seqs[i]), 0) + 1
+        assert got == {k: 1 for k in range(n)}
+    finally:
+        close(a, b)

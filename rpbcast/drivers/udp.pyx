@@ -699,7 +699,9 @@ cdef class Transport:
         between its waits: for 10 ms after it last received (a wait or a
         take) the loop thread leaves the sockets to it (it still runs timers and control;
         an application away longer has them read by the loop again)."""
-        self.loop.app_owns_rx = 1 if on and self.loop.app_rx else 0
+        # only with a loop thread: a node driven by run_once (Node.poll) is
+        # its own loop, and must watch its sockets when it waits
+        self.loop.app_owns_rx = 1 if on and self.loop.app_rx and self.thread is not None else 0
         if self.loop_ok:
             rp_loop_wake(&self.loop)        # re-enter its wait with the new rule
 
