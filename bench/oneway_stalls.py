@@ -226,7 +226,7 @@ def recv(args):
     us = np.unique(s)
     sg = np.diff(us)
     sbig = sg > GAP_NS
-    s_lo, s_hi = us[:-1][sbig], us[1:][sbig]
+    s_hi = us[1:][sbig]                 # the first publish after each gap
     gc_arr = np.asarray(gcs, np.int64).reshape(-1, 2)
 
     def overlaps(lo, hi, a_lo, a_hi):

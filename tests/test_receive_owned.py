@@ -122,7 +122,6 @@ def test_a_node_driven_by_poll_keeps_watching_its_sockets_in_spin_mode():
     """Without a loop thread (Node(start=False), Node.poll) nobody is to be
     parked: the node's own loop turn reads the sockets after every take
     (owning them would blind Node.poll's wait for 10 ms after each take)."""
-    from rpbcast import Config
     from rpbcast.api import Node
     a, _b = pair()
     cfg = _b.config.replace(receive_mode="spin")
