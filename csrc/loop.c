@@ -165,7 +165,22 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
         ready[0] = ready[1] = 1;
         return;
     }
-    int blind = l->app_rx && l->app_waiting > 0;
+    /* receive_mode "spin" (app_owns_rx): between two waits the application
+     * is taking what it read and is back within microseconds; a loop that
+     * watched the sockets then was woken per datagram for nothing, on the
+     * core the application spins on (one wake-up per message at 100 k
+     * msgs/s).  So the sockets stay the application's for 10 x blind_max_ns
+     * (as long as a spinning wait leaves them) after it last received (a wait or a take: an application that finds
+     * messages waiting takes without waiting) -- unless its last batch was
+     * full (app_busy: a
+     * stream, the loop reads meanwhile); an application away longer (busy,
+     * or no longer receiving) has them read by the loop again. */
+    int64_t away = now - l->app_seen_ns;
+    if (away < 0)
+        away = 0;       /* it received after `now` was read */
+    int64_t owned_for = 10 * l->blind_max_ns;
+    int owned = l->app_owns_rx && !l->app_busy && l->app_waiting == 0 && away < owned_for;
+    int blind = l->app_rx && (l->app_waiting > 0 || owned);
     int64_t due = blind ? INT64_MAX : probe_due(l);   /* blind: the waiting application probes */
     int64_t wait = (due < l->next_timer ? due : l->next_timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
@@ -176,6 +191,8 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
      * wake-up): the loop looks at the sockets ten times less often -- still
      * every 10 ms, for when the application stops receiving for a while */
     int64_t blind_max = l->app_spinning ? 10 * l->blind_max_ns : l->blind_max_ns;
+    if (owned)
+        blind_max = owned_for - away;           /* look again when that time is up */
     if (blind && wait > blind_max)
         wait = blind_max;
     if (wait < 0)
@@ -551,7 +568,7 @@ static int app_rx_once(rp_loop_t *l, int mask) {
         }
     }
     l->n_app_rx_dgrams += (uint64_t)got;
-    if (got >= 8)
+    if (got >= RP_APP_BUSY_BATCH)
         l->app_busy = 1;        /* a stream, not a lone message: more is coming */
     l->delivered_signal = n->store.head;    /* the loop need not signal these */
     if (handoff) {
@@ -643,6 +660,7 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
             (void)n;
         }
     }
+    l->app_seen_ns = rp_now_ns();      /* (before app_waiting drops: wait_input reads both) */
     __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     if (whole)
         __atomic_sub_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);

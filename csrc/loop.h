@@ -106,7 +106,19 @@ typedef struct {
                                       * thread was not scheduled: the loop went on receiving) */
     uint64_t max_app_wait_batches;   /* the most loop batches one take waited through */
     uint64_t max_app_lock_wait_ns;   /* the longest a take waited for mu */
+    int app_owns_rx;         /* receive_mode "spin": the application thread is
+                              * the receiver between its waits too -- the loop
+                              * stays parked for 10 x blind_max_ns after the
+                              * application last received, unless its last
+                              * wait's batch was full (app_busy) */
+    volatile int64_t app_seen_ns; /* when the application last received: a
+                                   * wait ended, or a take (with app_owns_rx) */
 } rp_loop_t;
+
+/* An application receive of this many datagrams or more is a stream, not
+ * lone messages: the loop reads the sockets while the application consumes
+ * (app_busy). */
+#define RP_APP_BUSY_BATCH 8
 
 int64_t rp_now_ns(void);
 

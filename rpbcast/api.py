@@ -295,6 +295,8 @@ class Node:
             self._serve_stats(stats_socket)
         if start:
             self.transport.start(cfg.loop_cpu)
+            if cfg.receive_mode == "spin":
+                self.transport.own_receive(True)    # (a node without a loop thread has nobody to park)
         if cfg.role != "logger":
             # (a weak reference: a node nobody closes is still collected, and its __del__ stops it)
             threading.Thread(target=_watch, args=(weakref.ref(self), self._stop), name=f"rpbcast-watch-{cfg.node_id}",

@@ -123,3 +123,39 @@ def test_the_plan_gives_each_worker_its_part(tmp_path):
     logger = worker_spec(args, plan, 4, "logger")
     assert logger["config"]["log_dir"].startswith(plan.work) and "checkpoint" not in logger
     assert [m["role"] for m in logger["config"]["members"]] == ["member", "member", "member", "logger"]
+
+
+def test_pin_puts_senders_on_the_first_cpu_and_receivers_on_the_last(tmp_path):
+    """`--pin` (the low-latency setup with --receive-mode spin): each
+    sender's and receiver's spec names one CPU of this process's, loggers
+    none; without it nobody is pinned.  The worker pins its thread before
+    it starts others (checked here in a thread of its own)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    args = stress_args("--receivers", "2", "--loggers", "1", "--receive-mode", "spin", "--pin",
+                       "--run-dir", str(tmp_path / "run"))
+    plan = make_plan(args, use_ns=False)
+    roles = {**{i: "sender" for i in plan.senders}, **{i: "receiver" for i in plan.receivers},
+             **{i: "logger" for i in plan.loggers}}
+    specs = {i: worker_spec(args, plan, i, r) for i, r in roles.items()}
+    assert [specs[i]["cpu"] for i in plan.senders] == [cpus[0]]
+    assert [specs[i]["cpu"] for i in plan.receivers] == [cpus[-1]] * 2
+    assert all("cpu" not in specs[i] for i in plan.loggers)
+    assert all(specs[i]["config"]["receive_mode"] == "spin" for i in plan.receivers)
+    unpinned = stress_args("--run-dir", str(tmp_path / "run2"))
+    p2 = make_plan(unpinned, use_ns=False)
+    assert all("cpu" not in worker_spec(unpinned, p2, i, r) for i, r in
+               [(i, "sender") for i in p2.senders] + [(i, "receiver") for i in p2.receivers])
+
+    import threading
+    from rpbcast.tools.stress.worker.node import pin
+    seen = {}
+
+    def worker():
+        pin(specs[plan.receivers[0]])
+        seen["cpus"] = os.sched_getaffinity(0)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["cpus"] == {cpus[-1]}
+    assert sorted(os.sched_getaffinity(0)) == cpus          # this thread untouched

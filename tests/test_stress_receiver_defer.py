@@ -116,3 +116,35 @@ def test_takes_are_held_until_many_or_old_then_counted_at_their_own_times():
         ref.add(FakeNode([takes[q]]).recv_batch(1 << 16, bytearray(1 << 16)), T0 + 1000 * q + 7_000)
     ref.add(FakeNode([takes[4]]).recv_batch(1 << 16, bytearray(1 << 16)), t)
     assert np.array_equal(tally.hist, ref.hist), lat
+
+
+class WaitingNode(FakeNode):
+    """A node whose deliveries arrive while the application waits: the
+    first take finds nothing, the wait then sees the next take's messages."""
+
+    def __init__(self, takes):
+        super().__init__(takes)
+        self.calls = []
+        self.arrived = False
+
+    def recv_batch(self, want, buf):
+        self.calls.append("take")
+        return super().recv_batch(want, buf) if self.arrived else FakeNode([]).recv_batch(want, buf)
+
+    def wait(self, timeout):
+        self.calls.append("wait")
+        self.arrived = bool(self.takes)
+        return self.arrived
+
+
+def test_the_receiver_takes_what_its_wait_saw_at_once():
+    """A wait that saw deliveries is followed by the take in the same call
+    (wait_take), not by a turn of orders, checks and reports first; a wait
+    that saw nothing says so."""
+    node = WaitingNode([[(1, 1, 0, payload(T0, 64))]])
+    app = rw._Application(node, inline=False, slow=0)
+    assert app.take().count == 0
+    b = app.wait_take()
+    assert b is not None and b.count == 1 and node.calls == ["take", "wait", "take"]
+    assert int(b.seqs[0]) == 0
+    assert app.wait_take() is None and node.calls[-1] == "wait"

@@ -741,11 +741,15 @@ cdef extern from "loop.h" nogil:
         uint64_t n_iter, n_wakeups, n_control, n_tx_blocked
         uint32_t nfan
         int app_rx
+        int app_owns_rx
+        int app_busy
+        int64_t app_seen_ns
         int64_t blind_max_ns
         uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins, n_app_rx_empty
         uint32_t yield_batches
         int64_t yield_max_ns
         uint64_t n_app_yields, n_app_lock_waits, n_handover_timeouts, max_app_wait_batches, max_app_lock_wait_ns
+    int RP_APP_BUSY_BATCH
     int64_t rp_now_ns()
     int rp_loop_init(rp_loop_t *l, rp_node_t *n, rp_sock_t *mrx, rp_sock_t *uc, uint64_t mcast_addr,
                      uint32_t rx_batch, int busy_poll)

@@ -626,6 +626,13 @@ cdef class Transport:
                                 buf.shape[0], rp_now_ns())
             if k:
                 rp_loop_after_take(&self.loop)
+            if self.loop.app_owns_rx:
+                # the sockets stay this thread's; a take of a few is lone
+                # messages again (a stream's handover ends: this thread takes
+                # without waiting while the loop reads, so no wait would end it)
+                self.loop.app_seen_ns = rp_now_ns()
+                if k < RP_APP_BUSY_BATCH:
+                    self.loop.app_busy = 0
             rp_loop_unlock(&self.loop)
         return k
 
@@ -699,6 +706,21 @@ cdef class Transport:
         """True when a waiting application thread receives from the
         sockets itself (rp_loop_app_wait); needs the loop thread."""
         return bool(self.loop.app_rx) and self.thread is not None
+
+    def own_receive(self, bint on):
+        """receive_mode "spin": the application thread is the receiver, also
+        between its waits: for 10 ms after it last received (a wait or a
+        take) the loop thread leaves the sockets to it (it still runs timers and control;
+        an application away longer has them read by the loop again)."""
+        # only with a loop thread: a node driven by run_once (Node.poll) is
+        # its own loop, and must watch its sockets when it waits
+        self.loop.app_owns_rx = 1 if on and self.loop.app_rx and self.thread is not None else 0
+        if self.loop_ok:
+            rp_loop_wake(&self.loop)        # re-enter its wait with the new rule
+
+    @property
+    def owns_receive(self):
+        return bool(self.loop.app_owns_rx)
 
     def app_wait(self, double timeout, double spin=0.0):
         """Wait for deliveries, receiving from the sockets in this thread

@@ -37,6 +37,10 @@ def add_parsers(sub):
     p.add_argument("--receive-mode", choices=["wait", "spin"], default="wait",
                    help="receivers' Config.receive_mode: spin = the application thread never sleeps "
                         "while it waits (latency; burns a core each)")
+    p.add_argument("--pin", action="store_true",
+                   help="pin each sender process to this process's first CPU and each receiver to its last "
+                        "(their threads with them); with --receive-mode spin, the low-latency setup "
+                        "(docs/performance.md, \"One way at 100 k msgs/s\")")
     p.add_argument("--key-file", default=None,
                    help="group key file: every datagram carries a MAC (docs/security.md)")
     p.add_argument("--encrypt", action="store_true",

@@ -221,6 +221,9 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
             "faults": bool(getattr(args, "faults_named", False)),
             "run_id": plan.run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,
             "addr_to_node": {str(k): v for k, v in plan.addr_to_node().items()}}
+    if getattr(args, "pin", False) and role in ("sender", "receiver"):
+        cpus = sorted(os.sched_getaffinity(0))
+        spec["cpu"] = cpus[0] if role == "sender" else cpus[-1]     # (worker.node.pin)
     if role == "receiver":
         spec["checkpoint"] = os.path.join(plan.work, f"recv{i}.npz")
         if receivers_commit(args, plan):

@@ -7,7 +7,7 @@ import sys
 
 from rpbcast.tools.stress.worker.channel import commands, emit
 from rpbcast.tools.stress.worker.logger import run_logger
-from rpbcast.tools.stress.worker.node import final_stats, trace_writer
+from rpbcast.tools.stress.worker.node import final_stats, pin, trace_writer
 from rpbcast.tools.stress.worker.receiver import run_receiver
 from rpbcast.tools.stress.worker.sender import run_sender
 
@@ -16,6 +16,7 @@ ROLES = {"sender": run_sender, "receiver": run_receiver, "logger": run_logger}
 
 def main():
     spec = json.loads(sys.argv[1])
+    pin(spec)                   # before any thread starts: they inherit it
     cmds = commands()
     role = spec["role"]
     tw_holder = []

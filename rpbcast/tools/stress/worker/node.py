@@ -8,6 +8,17 @@ from rpbcast.config import Config, MemberSpec
 from rpbcast.tools.stress.worker.channel import emit
 
 
+def pin(spec):
+    """`rpbcast stress --pin`: this thread onto the worker's CPU, before it
+    starts any other (the node's loop thread and the command reader inherit
+    it): a spinning receiver keeps its core instead of being moved and
+    queued behind others (docs/performance.md)."""
+    import os
+    cpu = spec.get("cpu")
+    if cpu is not None:
+        os.sched_setaffinity(0, {int(cpu)})
+
+
 def make_config(spec) -> Config:
     c = dict(spec["config"])
     c["members"] = [MemberSpec(**m) for m in c.get("members", [])]

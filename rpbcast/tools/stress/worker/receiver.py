@@ -54,11 +54,11 @@ def run_receiver(spec, cmds, tw_factory):
     save_every = COMMIT_EVERY_NS if commits else REPORT_EVERY_NS
     while not orders.stop:
         b = app.take()
+        if not b.count and not inline:
+            b = app.wait_take() or b
         now = time.monotonic_ns()
         if b.count:
             app.hold(b, now, tally)
-        elif not inline:
-            node.wait(0.01)
         if orders.read(cmds):
             completed = False               # new orders: say so again once they are met
         # what the checks and reports below read must be counted first
@@ -139,6 +139,15 @@ class _Application:
             b = self.node.recv_batch(want, room)
         self.consumed += b.count
         return b
+
+    def wait_take(self):
+        """Nothing was there: wait for the node (at most 10 ms) and take
+        what the wait saw at once, not after a turn of the orders, checks
+        and reports below (the message would wait for them); None if the
+        wait saw nothing."""
+        if self.node.wait(0.01):
+            return self.take()
+        return None
 
     def hold(self, b, now, tally):
         """Keep a take for counting later (a large message the node put in
