@@ -63,8 +63,7 @@ def add_parsers(sub):
                         "default: Config's)")
     p.add_argument("--flow-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's flow window over the receivers' data-plane acknowledgments "
-                        "(Config.flow_window; 0 = off; default: 16384 for a plain rpbcast run, Config's "
-                        "(off) with faults, --slow-receiver, --atomic, --srb-window or another protocol)")
+                        "(Config.flow_window; 0 = off; default: Config's, off)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,

@@ -205,7 +205,7 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
         "transport": plan.transport, "loss": args.loss, "loss_model": plan.loss_model,
         "flow_control": plan.flow_control,
         "flow_commit": receivers_commit(args, plan),
-        "flow_window": flow_window(args, plan) or 0,
+        "flow_window": flow_window(args, plan) or 0,     # 0: Config's default (off)
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
