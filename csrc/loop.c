@@ -580,6 +580,44 @@ static int app_rx_once(rp_loop_t *l, int mask) {
     return got;
 }
 
+/* The descriptors a waiting application thread polls: `fd` first, then,
+ * when it reads the sockets itself, each socket (sock_of[i]: which one). */
+static int watch_set(const rp_loop_t *l, int fd, int socks, struct pollfd *p, int *sock_of) {
+    int np = 0;
+    sock_of[np] = -1;
+    p[np].fd = fd;
+    p[np++].events = POLLIN;
+    if (socks)
+        for (int k = 0; k < 2; k++)
+            if (l->socks[k]) {
+                sock_of[np] = k;
+                p[np].fd = l->socks[k]->fd;
+                p[np++].events = POLLIN;
+            }
+    return np;
+}
+
+/* ppoll until `until` (monotonic ns; INT64_MAX: no limit). */
+static int ppoll_until(struct pollfd *p, int np, int64_t now, int64_t until) {
+    struct timespec ts, *tp = NULL;
+    if (until != INT64_MAX) {
+        int64_t w = until > now ? until - now : 0;
+        ts.tv_sec = w / 1000000000LL;
+        ts.tv_nsec = w % 1000000000LL;
+        tp = &ts;
+    }
+    return ppoll(p, (nfds_t)np, tp, NULL);
+}
+
+/* Which sockets a ppoll that returned r said are readable (bit k: socket k). */
+static int ready_mask(const struct pollfd *p, int np, int r, const int *sock_of) {
+    int mask = 0;
+    for (int i = 1; r > 0 && i < np; i++)
+        if (p[i].revents)
+            mask |= 1 << sock_of[i];
+    return mask;
+}
+
 /* Only the sockets ppoll said are readable are read (`mask`, bit k: socket
  * k): a wait costs ppoll + one recvmmsg per message, not a recvmmsg on every
  * socket before and after every sleep (three of four came back empty).  The
@@ -614,16 +652,9 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         if (now >= deadline)
             break;
         struct pollfd p[3];
-        int np = 0, sock_of[3] = {-1, -1, -1};
-        p[np].fd = l->app_fd;
-        p[np++].events = POLLIN;
-        if (own && !ctl)    /* else the loop's control run signals app_fd */
-            for (int k = 0; k < 2; k++)
-                if (l->socks[k]) {
-                    sock_of[np] = k;
-                    p[np].fd = l->socks[k]->fd;
-                    p[np++].events = POLLIN;
-                }
+        int sock_of[3];
+        /* with control messages pending the loop's control run signals app_fd */
+        int np = watch_set(l, l->app_fd, own && !ctl, p, sock_of);
         int64_t until = due < deadline ? due : deadline;
         int r;
         if (own && now < spin_end) {
@@ -639,21 +670,11 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
                     break;
             }
         } else {
-            struct timespec ts, *tp = NULL;
-            if (until != INT64_MAX) {
-                int64_t w = until > now ? until - now : 0;
-                ts.tv_sec = w / 1000000000LL;
-                ts.tv_nsec = w % 1000000000LL;
-                tp = &ts;
-            }
-            r = ppoll(p, (nfds_t)np, tp, NULL);
+            r = ppoll_until(p, np, now, until);
         }
         if (r < 0 && errno == EINTR)
             break;      /* a signal: back to Python, which runs its handler */
-        mask = 0;
-        for (int i = 1; r > 0 && i < np; i++)
-            if (p[i].revents)
-                mask |= 1 << sock_of[i];
+        mask = ready_mask(p, np, r, sock_of);
         if (r > 0 && p[0].revents) {
             uint64_t v;
             ssize_t n = read(l->app_fd, &v, sizeof(v));
@@ -724,33 +745,15 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
         if (now >= deadline)
             break;
         struct pollfd p[3];
-        int np = 0, sock_of[3] = {-1, -1, -1};
-        p[np].fd = l->win.fd;
-        p[np++].events = POLLIN;
-        if (own && !ctl)
-            for (int k = 0; k < 2; k++)
-                if (l->socks[k]) {
-                    sock_of[np] = k;
-                    p[np].fd = l->socks[k]->fd;
-                    p[np++].events = POLLIN;
-                }
+        int sock_of[3];
+        int np = watch_set(l, l->win.fd, own && !ctl, p, sock_of);
         /* with control messages pending the loop thread reads the sockets
          * after it ran them: look again soon */
         int64_t until = ctl && now + 200000 < deadline ? now + 200000 : deadline;
-        struct timespec ts, *tp = NULL;
-        if (until != INT64_MAX) {
-            int64_t w = until > now ? until - now : 0;
-            ts.tv_sec = w / 1000000000LL;
-            ts.tv_nsec = w % 1000000000LL;
-            tp = &ts;
-        }
-        int r = ppoll(p, (nfds_t)np, tp, NULL);
+        int r = ppoll_until(p, np, now, until);
         if (r < 0 && errno == EINTR)
             break;      /* a signal: back to Python, which runs its handler */
-        mask = 0;
-        for (int i = 1; r > 0 && i < np; i++)
-            if (p[i].revents)
-                mask |= 1 << sock_of[i];
+        mask = ready_mask(p, np, r, sock_of);
     }
     /* (the loop thread, blind meanwhile, looks at the sockets again within
      * blind_max_ns; not woken here: a wake-up per window turn is the hop
