@@ -1,34 +1,7 @@
 #!/usr/bin/env bash
 # bench/oneway_stalls.sh - bench/oneway_stalls.py (one way at a fixed rate:
 # stages, and what the messages over 1 ms coincided with) in several modes,
-# interleaved (A B A B ...), inside a network namespace of its own.  A mode
-# is "SENDER FLAGS|RECEIVER FLAGS"; starting with @TREE it runs TREE's build
-# (A/B against another checkout; this tree's script).  As root:
+# interleaved, in a namespace of its own: bench/oneway_modes.sh with that
+# bench.  As root:
 #     RATE=100000 DURATION=3 REPS=3 bench/oneway_stalls.sh "|" "--pin|--pin --receive-mode spin"
-set -u
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-NS=${NS:-rpb-stalls}
-REPS=${REPS:-3}
-RATE=${RATE:-100000}
-SECONDS_=${DURATION:-3}
-ip netns list | grep -qw "^$NS" || ip netns add "$NS"
-ip netns exec "$NS" ip link set lo up
-ip netns exec "$NS" ip link set lo multicast on
-ip netns exec "$NS" ip route replace 224.0.0.0/4 dev lo
-run() {  # mode
-    local out; out=$(mktemp)
-    local tree=$HERE mode=$1
-    case "$mode" in @*) tree=${mode%% *}; tree=${tree#@}; mode=${mode#@"$tree"}; mode=${mode# }; ;; esac
-    local sflags=${mode%%|*} rflags=${mode#*|}
-    ip netns exec "$NS" env PYTHONPATH="$tree" python3 "$HERE/bench/oneway_stalls.py" recv "$((SECONDS_ + 3))" $rflags >"$out" 2>&1 &
-    local rp=$!
-    for _ in $(seq 200); do grep -q READY "$out" && break; sleep 0.05; done
-    ip netns exec "$NS" env PYTHONPATH="$tree" python3 "$HERE/bench/oneway_stalls.py" send "$RATE" "$SECONDS_" $sflags >/dev/null
-    wait "$rp"
-    grep -E "RESULT|TAIL|GAPS|CTXSW|LOOP|CONTROL" "$out" | sed "s#^#mode=[$1] #"
-    rm -f "$out"
-}
-for rep in $(seq "$REPS"); do
-    for mode in "$@"; do run "$mode"; done
-done
-[ "${KEEP_NS:-0}" = 1 ] || ip netns del "$NS"
+NS=${NS:-rpb-stalls} BENCH=oneway_stalls exec "$(dirname "$0")/oneway_modes.sh" "$@"
