@@ -2,8 +2,10 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gcmlib.h"
 #include "wire.h"
@@ -13,6 +15,16 @@
  * RP_AUTH_ARENA_CHUNKS of them. */
 #define RP_AUTH_ARENA_CHUNK  (128u * 1024u)     /* > RP_WIRE_MAX_DGRAM */
 #define RP_AUTH_ARENA_CHUNKS 32                 /* 4 MiB */
+
+#define RP_AUTH_SALT_MASK ((1ull << RP_AUTH_SALT_BITS) - 1)
+
+/* The coarse clock: a read of the kernel's last tick (no TSC), a few ns;
+ * its resolution (1-4 ms) is far below any clock skew between hosts. */
+#ifdef CLOCK_REALTIME_COARSE
+#define RP_AUTH_CLOCK CLOCK_REALTIME_COARSE
+#else
+#define RP_AUTH_CLOCK CLOCK_REALTIME
+#endif
 
 struct rp_auth {
     int nkeys;
@@ -26,7 +38,10 @@ struct rp_auth {
      * disagreed with OpenSSL), and which engine runs */
     rp_gcmlib_key_t *lk[RP_AUTH_MAX_KEYS];
     int impl;
-    uint64_t counter;
+    uint64_t next;              /* the least the next counter may be (its low bits the salt) */
+    uint64_t salt;              /* low RP_AUTH_SALT_BITS bits of every counter of this run */
+    int64_t clock_offset;       /* added to the wall clock (tests) */
+    uint64_t skew;              /* clock skew allowed: a new replay entry's floor is now - skew */
     uint64_t sealed;
     rp_replay_t replay;
     uint8_t *arena[RP_AUTH_ARENA_CHUNKS];
@@ -147,7 +162,16 @@ rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint6
         return NULL;
     }
     a->nkeys = nkeys;
-    a->counter = counter0;
+    /* the salt: a restart whose wall clock was stepped back shares no
+     * counter with the run before unless both drew the same salt */
+    uint16_t r = 0;
+    if (RAND_bytes((uint8_t *)&r, sizeof(r)) != 1)
+        goto fail;
+    a->salt = r & RP_AUTH_SALT_MASK;
+    a->next = (counter0 & ~RP_AUTH_SALT_MASK) | a->salt;
+    if (a->next < counter0)
+        a->next += RP_AUTH_SALT_MASK + 1;
+    a->skew = RP_AUTH_REPLAY_SKEW_NS;
     a->seal = gcm_ctx(keys, 1);
     for (int k = 0; k < nkeys; k++) {
         a->id[k] = ids[k];
@@ -338,7 +362,13 @@ int rp_auth_seal(rp_auth_t *a, uint8_t *buf, size_t len) {
     if (len < RP_DG_HDR + RP_AUTH_TRAILER)
         return -1;
     uint8_t *t = buf + len - RP_AUTH_TRAILER;
-    uint64_t ctr = a->counter++;
+    /* a timestamp (replay.h) that never repeats: the clock with our salt,
+     * or one step past the last counter when the clock has not moved on
+     * (or was stepped back) */
+    uint64_t ctr = (rp_auth_wall_ns(a) & ~RP_AUTH_SALT_MASK) | a->salt;
+    if (ctr < a->next)
+        ctr = a->next;
+    a->next = ctr + RP_AUTH_SALT_MASK + 1;
     t[0] = a->id[0];
     rp_st64(t + 1, ctr);
     if (a->encrypt)
@@ -474,8 +504,24 @@ int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len) {
      * window: unsigned datagrams a key holder forges in the signer's name
      * cannot push the signer's counters below the floor */
     rp_replay_t *r = (buf[3] & RP_DGF_SIG) && a->npub ? &a->replay_signed : &a->replay;
-    return rp_replay_check(r, rp_ld32(buf + 8), t[0], rp_ld64(t + 1));
+    /* a source's entry created now takes only counters sealed since our
+     * clock less the skew: what was captured before we could see it is stale */
+    uint64_t now = a->skew ? rp_auth_wall_ns(a) : 0;
+    uint64_t floor = now > a->skew ? now - a->skew : 0;
+    return rp_replay_check(r, rp_ld32(buf + 8), t[0], rp_ld64(t + 1), floor);
 }
+
+uint64_t rp_auth_wall_ns(const rp_auth_t *a) {
+    struct timespec ts;
+    clock_gettime(RP_AUTH_CLOCK, &ts);
+    int64_t t = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + a->clock_offset;
+    return t > 0 ? (uint64_t)t : 0;
+}
+
+void rp_auth_set_replay_skew(rp_auth_t *a, uint64_t ns) { a->skew = ns; }
+uint64_t rp_auth_replay_skew(const rp_auth_t *a) { return a->skew; }
+void rp_auth_set_clock_offset(rp_auth_t *a, int64_t ns) { a->clock_offset = ns; }
+uint64_t rp_auth_stale(const rp_auth_t *a) { return a->replay.stale + a->replay_signed.stale; }
 
 uint64_t rp_auth_sealed(const rp_auth_t *a) { return a->sealed; }
 const rp_replay_t *rp_auth_replay(const rp_auth_t *a) { return &a->replay; }

@@ -9,11 +9,17 @@
  * as additional data -- the datagram header (with dflags and mac_len) and
  * every message -- under the key named by key_id, with the 96-bit IV
  * (u32 source, u64 counter) little-endian.  A GCM IV must never repeat
- * under one key: the counter is per node, starts at the wall clock in ns
- * when the key is installed and grows by one per datagram, so a node never
- * catches up with real time (it sends far fewer than one datagram per ns)
- * and a restart starts beyond every counter the last run used; the source
- * id keeps nodes apart.  docs/security.md states the assumptions.
+ * under one key: the counter is per node and strictly increasing; the
+ * source id keeps nodes apart.  The counter is also a timestamp, so that
+ * a receiver that started (or forgot a source) after a datagram was
+ * captured can refuse it (replay.h, "stale"): each datagram's counter is
+ * max(previous + 2^RP_AUTH_SALT_BITS, wall clock ns at seal time) with its
+ * low RP_AUTH_SALT_BITS bits replaced by a per-run random salt.  The salt
+ * keeps two runs of one node apart even if the wall clock was stepped back
+ * between them (they share counters only if their salts are equal, 1 in
+ * 2^RP_AUTH_SALT_BITS); the coarse clock (CLOCK_REALTIME_COARSE, a few ms
+ * of resolution) is read once per datagram, a few ns.  docs/security.md,
+ * "Nonces", states the assumptions.
  *
  * Encryption (optional, rp_auth_set_encrypt): the datagram's body -- every
  * byte after the 24-byte header, before the trailer -- is AES-128-GCM
@@ -26,7 +32,8 @@
  *
  * Replay (replay.h): after the datagram has parsed, the node asks
  * rp_auth_fresh whether a control datagram's counter is new for its
- * (source, key id).
+ * (source, key id), and not older than the entry's clock floor (the wall
+ * clock less the allowed skew when the entry was created).
  *
  * Two keys are valid at once (a roll-over): the node sends under the
  * first and accepts either.  Verification runs before the datagram is
@@ -58,11 +65,14 @@
 #define RP_AUTH_SIG_BLOCK 68        /* u32 signer node id, 64-byte Ed25519 signature */
 #define RP_AUTH_SIGNED_TRAILER (RP_AUTH_SIG_BLOCK + RP_AUTH_TRAILER)
 #define RP_AUTH_SIG_KEY   32        /* Ed25519 private seed and public key */
+#define RP_AUTH_SALT_BITS 10        /* low counter bits: a per-run salt */
+#define RP_AUTH_REPLAY_SKEW_NS 5000000000ull    /* default clock skew allowed (5 s) */
 
 typedef struct rp_auth rp_auth_t;
 
 /* A context with nkeys (1 or 2) keys; keys[0] is the sending key.  NULL on
- * a bad argument or when the crypto library refuses. */
+ * a bad argument or when the crypto library refuses.  counter0: no counter
+ * is below it (the wall clock takes over at once when it is ahead). */
 rp_auth_t *rp_auth_new(const uint8_t *ids, const uint8_t *keys, int nkeys, uint64_t counter0);
 void rp_auth_free(rp_auth_t *a);
 
@@ -86,9 +96,22 @@ int rp_auth_open(rp_auth_t *a, const uint8_t *buf, size_t len, int new_batch,
                  const uint8_t **plain);
 
 /* Whether the trailer's counter is new for the datagram's (source, key
- * id): 1 fresh (and remembered), 0 a replay.  Only for a datagram
- * rp_auth_open accepted. */
+ * id): RP_REPLAY_FRESH (and remembered), RP_REPLAY_REPLAY, or
+ * RP_REPLAY_STALE (sealed before the source's entry's clock floor).  Only
+ * for a datagram rp_auth_open accepted. */
 int rp_auth_fresh(rp_auth_t *a, const uint8_t *buf, size_t len);
+
+/* The clock skew allowed between members (ns; 0: no clock floor, counters
+ * are then checked against the window only).  Default
+ * RP_AUTH_REPLAY_SKEW_NS. */
+void rp_auth_set_replay_skew(rp_auth_t *a, uint64_t ns);
+uint64_t rp_auth_replay_skew(const rp_auth_t *a);
+/* Shift this node's wall clock by ns (tests: a host whose clock is off). */
+void rp_auth_set_clock_offset(rp_auth_t *a, int64_t ns);
+/* The wall clock in ns as the counters and the clock floor read it. */
+uint64_t rp_auth_wall_ns(const rp_auth_t *a);
+/* Stale refusals in both windows (unsigned and signed). */
+uint64_t rp_auth_stale(const rp_auth_t *a);
 
 /* Seal with the body encrypted (on) or MAC only (off, the default). */
 void rp_auth_set_encrypt(rp_auth_t *a, int on);

@@ -751,17 +751,22 @@ static int rx_open(rp_node_t *n, const uint8_t **buf, size_t len) {
 }
 
 /* A control datagram is refused when its MAC counter was seen from its
- * source (replay.h).  DATA, REPAIR and HEARTBEAT-only datagrams are not
+ * source (RP_WR_REPLAY), or was sealed before this node's entry for the
+ * source began (RP_WR_STALE: captured before we started or forgot the
+ * source; replay.h).  DATA, REPAIR and HEARTBEAT-only datagrams are not
  * checked: the sequence trackers drop a replay of them as duplicates
  * (rx_dup) and a heartbeat only moves a frontier forward, so the hot path
- * pays nothing; a datagram with any control message is checked whole. */
+ * pays nothing; a datagram with any control message is checked whole.
+ * Returns the reason, or 0 (RP_WR_OK) when fresh. */
 static int rx_replayed(rp_node_t *n, const rp_dghdr_t *h, const uint8_t *buf, size_t len) {
     for (size_t i = 0; i < h->count; i++) {
         uint8_t t = n->mv[i].type;
-        if (t != RP_T_DATA && t != RP_T_REPAIR && t != RP_T_HEARTBEAT && t != RP_T_PAD)
-            return !rp_auth_fresh(n->auth, buf, len);
+        if (t != RP_T_DATA && t != RP_T_REPAIR && t != RP_T_HEARTBEAT && t != RP_T_PAD) {
+            int f = rp_auth_fresh(n->auth, buf, len);
+            return f == RP_REPLAY_FRESH ? RP_WR_OK : f == RP_REPLAY_STALE ? RP_WR_STALE : RP_WR_REPLAY;
+        }
     }
-    return 0;
+    return RP_WR_OK;
 }
 
 /* A node with public keys (auth.h, signatures) takes an authority-bearing
@@ -825,10 +830,10 @@ int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t len, uint64_t src, int64
         n->c[RP_C_RX_BAD]++;
         return RP_WR_SIG;
     }
-    if (n->auth && RP_UNLIKELY(rx_replayed(n, &h, buf, len))) {
-        n->rx_reason[RP_WR_REPLAY]++;
+    if (n->auth && RP_UNLIKELY((r = rx_replayed(n, &h, buf, len)) != RP_WR_OK)) {
+        n->rx_reason[r]++;
         n->c[RP_C_RX_BAD]++;
-        return RP_WR_REPLAY;
+        return r;
     }
     for (size_t i = 0; i < h.count; i++) {
         const rp_msgview_t *m = &n->mv[i];

@@ -7,7 +7,7 @@ int rp_replay_init(rp_replay_t *r, uint32_t cap) {
     r->head = NULL;
     r->n = 0;
     r->tick = 0;
-    r->accepted = r->refused = r->evicted = 0;
+    r->accepted = r->refused = r->evicted = r->stale = 0;
     r->cap = cap ? cap : RP_REPLAY_DEFAULT_CAP;
     r->nbuckets = 1;
     while (r->nbuckets < r->cap * 2)
@@ -42,7 +42,7 @@ static void unlink_entry(rp_replay_t *r, uint32_t i) {
         *p = r->e[i].next;
 }
 
-static rp_replay_entry_t *entry(rp_replay_t *r, uint32_t source, uint8_t key_id) {
+static rp_replay_entry_t *entry(rp_replay_t *r, uint32_t source, uint8_t key_id, uint64_t floor) {
     uint32_t b = bucket(r, source, key_id);
     for (uint32_t k = r->head[b]; k; k = r->e[k - 1].next)
         if (r->e[k - 1].source == source && r->e[k - 1].key_id == key_id)
@@ -65,14 +65,20 @@ static rp_replay_entry_t *entry(rp_replay_t *r, uint32_t source, uint8_t key_id)
     e->key_id = key_id;
     e->n = 0;
     e->lowest = 0;
-    e->used = 0;
+    e->since = floor;
+    e->used = ++r->tick;       /* a new entry is not the next to go */
     e->next = r->head[b];
     r->head[b] = i + 1;
     return e;
 }
 
-int rp_replay_check(rp_replay_t *r, uint32_t source, uint8_t key_id, uint64_t counter) {
-    rp_replay_entry_t *e = entry(r, source, key_id);
+int rp_replay_check(rp_replay_t *r, uint32_t source, uint8_t key_id, uint64_t counter,
+                    uint64_t floor) {
+    rp_replay_entry_t *e = entry(r, source, key_id, floor);
+    if (counter < e->since) {
+        r->stale++;
+        return RP_REPLAY_STALE;
+    }
     if (counter < e->lowest)
         goto refuse;
     uint32_t low = 0;
@@ -92,8 +98,8 @@ int rp_replay_check(rp_replay_t *r, uint32_t source, uint8_t key_id, uint64_t co
     }
     e->used = ++r->tick;
     r->accepted++;
-    return 1;
+    return RP_REPLAY_FRESH;
 refuse:
     r->refused++;
-    return 0;
+    return RP_REPLAY_REPLAY;
 }

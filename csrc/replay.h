@@ -1,11 +1,11 @@
 /* Replay windows for authenticated control datagrams.
  *
  * A keyed datagram's MAC trailer carries its sender's nonce counter
- * (auth.h): one per datagram the node seals, growing by one, starting at
- * the wall clock in ns when the key is installed -- so a restarted node
- * starts beyond every counter its previous run used.  A captured datagram
- * resent verbatim carries a counter already seen; this table remembers,
- * per (source node id, key id), which counters were accepted.
+ * (auth.h): strictly increasing per node, and a timestamp -- the wall
+ * clock in ns when the datagram was sealed (to within the sender's clock
+ * error).  A captured datagram resent verbatim carries a counter already
+ * seen; this table remembers, per (source node id, key id), which counters
+ * were accepted.
  *
  * Why not an IPsec/DTLS bitmap over the last W counters: the table sees
  * only control datagrams (node.c), and they are sparse in the sender's
@@ -24,9 +24,19 @@
  *
  * Bounded: at most `cap` entries; a new source beyond it evicts the least
  * recently used entry (counted).  Only datagrams with a valid MAC reach
- * the table, so only key holders create entries.  The state is volatile:
- * after this process restarts, or an entry was evicted, a datagram
- * captured earlier is accepted once more (docs/security.md, "Replay").
+ * the table, so only key holders create entries.
+ *
+ * The table is volatile: after this process restarts, or after a source's
+ * entry was evicted, it does not know what it accepted before.  Because
+ * counters are timestamps, an entry is born with a clock floor (`since`,
+ * the caller's wall clock less the allowed clock skew): a counter below it
+ * was sealed before this entry could have seen it, and is refused as
+ * stale (-1, counted apart from replays).  So a datagram captured before
+ * the receiver started (or before the entry was re-created) is refused,
+ * except one sealed within the skew before that moment
+ * (docs/security.md, "Replay").  The floor is fixed when the entry is
+ * created, also by a datagram it refuses: a member whose clock is behind
+ * by more than the skew is heard once its clock passes the floor.
  */
 #ifndef RP_REPLAY_H
 #define RP_REPLAY_H
@@ -42,7 +52,8 @@ typedef struct {
     uint32_t next;             /* hash chain: index + 1, 0 ends */
     uint8_t key_id;
     uint8_t n;                 /* counters in recent[] */
-    uint64_t lowest;           /* every counter below it is refused */
+    uint64_t lowest;           /* every counter below it is refused (a replay) */
+    uint64_t since;            /* every counter below it is stale (0: no clock floor) */
     uint64_t used;             /* tick of the last accepted datagram (LRU) */
     uint64_t recent[RP_REPLAY_RECENT];
 } rp_replay_entry_t;
@@ -52,15 +63,23 @@ typedef struct {
     uint32_t *head;            /* nbuckets chain heads: index + 1, 0 empty */
     uint32_t cap, n, nbuckets;
     uint64_t tick;
-    uint64_t accepted, refused, evicted;
+    uint64_t accepted, refused, evicted, stale;
 } rp_replay_t;
 
 /* 0, or -1 when memory is short.  cap 0 takes the default. */
 int rp_replay_init(rp_replay_t *r, uint32_t cap);
 void rp_replay_free(rp_replay_t *r);
 
-/* Whether `counter` from (source, key_id) is fresh: 1 fresh (and now
- * remembered), 0 seen before or below the window. */
-int rp_replay_check(rp_replay_t *r, uint32_t source, uint8_t key_id, uint64_t counter);
+#define RP_REPLAY_FRESH   1
+#define RP_REPLAY_REPLAY  0
+#define RP_REPLAY_STALE  (-1)
+
+/* Whether `counter` from (source, key_id) is fresh: RP_REPLAY_FRESH (and
+ * now remembered), RP_REPLAY_REPLAY (seen before or below the window) or
+ * RP_REPLAY_STALE (below the entry's clock floor).  `floor` is the clock
+ * floor an entry created by this call gets (0: none); an existing entry
+ * keeps its own. */
+int rp_replay_check(rp_replay_t *r, uint32_t source, uint8_t key_id, uint64_t counter,
+                    uint64_t floor);
 
 #endif

@@ -6,7 +6,7 @@
 const char *const rp_wire_reason_names[RP_WR__COUNT] = {
     "ok", "short", "oversize", "magic", "version", "dflags", "mac", "count",
     "msg_trunc", "body_trunc", "trailing", "type", "flags", "body", "seq",
-    "group", "auth", "not_own", "replay", "sig",
+    "group", "auth", "not_own", "replay", "sig", "stale",
 };
 
 const char *const rp_wire_type_names[RP_T__COUNT] = {

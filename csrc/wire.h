@@ -197,6 +197,8 @@ enum {
                            (counted by the engine) */
     RP_WR_REPLAY,       /* a keyed control datagram whose counter was seen (replay.h) */
     RP_WR_SIG,          /* an authority-bearing message without a valid signature of its source */
+    RP_WR_STALE,        /* a keyed control datagram sealed before its source's replay entry's
+                           clock floor: captured before this node could see it (replay.h) */
     RP_WR__COUNT
 };
 

@@ -44,6 +44,7 @@ import random
 import resource
 import struct
 import sys
+import time
 import tempfile
 import time
 import traceback
@@ -462,7 +463,9 @@ class Harness:
                  outbox_cap=1 << 14, rss_cap_mb=1024, batch=16, variant="plain", loss=0.0):
         self.rng = random.Random(seed)
         self.v = Values(random.Random(self.rng.getrandbits(64)), touch_genuine)
-        self.sealer = Sealer(counter0=self.rng.getrandbits(40))
+        # counters are timestamps (csrc/auth.h): start at the wall clock, or
+        # every control datagram would be refused as stale (csrc/replay.h)
+        self.sealer = Sealer(counter0=time.time_ns() + self.rng.getrandbits(40))
         self.gen = Generator(self.v, group=1)
         self.batch = batch
         self.caps = dict(streams=streams_cap, outbox=outbox_cap, rss_mb=rss_cap_mb)

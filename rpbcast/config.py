@@ -290,6 +290,17 @@ class Config:
     # start (ConfigError); "openssl" -- OpenSSL's EVP always (a fifth to a
     # third of the speed per datagram).
     mac_impl: str = "auto"
+    # the clock skew allowed between members' wall clocks, in seconds (hosts
+    # NTP/PTP-synchronised within it).  MAC counters are timestamps: a
+    # control datagram sealed more than this before the receiver first
+    # heard its source (since the receiver started, or since it forgot the
+    # source at the replay table's bound) is refused as "stale" -- a replay
+    # captured before.  A member whose clock is behind by more is not
+    # heard on the control plane by a newly started receiver until its
+    # clock passes that point (rx_reasons "stale").  0 or None: no clock
+    # floor (replays after a receiver restart are then accepted once).
+    # docs/security.md, "Replay".
+    replay_clock_skew: Optional[float] = 5.0
 
     def __post_init__(self):
         self.validate()
@@ -493,6 +504,10 @@ class Config:
         need(isinstance(self.signed, bool), f"signed must be True or False, got {self.signed!r}")
         need(self.mac_impl in MAC_IMPLS,
              f"mac_impl must be one of {', '.join(map(repr, MAC_IMPLS))}, got {self.mac_impl!r}")
+        v = self.replay_clock_skew
+        need(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+             and 0 <= v <= 3600,
+             f"replay_clock_skew must be 0..3600 seconds (or None: off), got {v!r}")
         if self.signed:
             need(self.key_file is not None, "signed needs key_file (with 'sign' and 'pub' lines)")
             priv, pubs = read_signing_keys(self.key_file)

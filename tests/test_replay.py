@@ -4,12 +4,15 @@
 counted under the reason "replay"; a fresh datagram that arrives out of
 order is accepted; a member that restarted (a new nonce counter0) is
 heard.  Engines exchange the sealed datagrams their C data plane built."""
+import os
 import random
+import sys
+import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rpbcast import Config, MemberSpec
+from rpbcast import Config, ConfigError, MemberSpec
 from rpbcast.core import digest, wire
 from rpbcast.core.node import DEST_MCAST
 from rpbcast.protocol.engine import Engine
@@ -17,6 +20,7 @@ from ports import free_port
 
 T = wire.MsgType
 KEY = bytes(range(16))
+FUZZ_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz")
 
 
 def key_file(tmp_path):
@@ -152,8 +156,10 @@ def test_a_restarted_member_with_a_new_counter0_is_heard(tmp_path):
     for _ in range(100):
         assert b.receive_datagram(control_datagram(a, T.GOSSIP), 1, 2000) == 0
     old_leave = control_datagram(a, T.LEAVE)
-    # the restart: a new incarnation, its counter starting at the (later) wall clock
+    # the restart: a new incarnation a second later; its counters are the
+    # wall clock at seal time (csrc/auth.h), beyond every one of the last run
     a2 = engine(tmp_path, 1, 10_000 + 10**9, inc=2)
+    a2.node.set_wall_clock_offset(10**9)
     join = control_datagram(a2, T.JOIN)
     q0 = ctl_queued(b)
     assert b.receive_datagram(join, 1, 3000) == 0
@@ -290,6 +296,302 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
             assert refused == len(captured), [sorted({m[0] for m in wire.parse(d)[1]}) for d in captured]
             assert st["replay_fresh"] > st0["replay_fresh"]     # genuine gossip still accepted
             assert st.get("rx_reasons", {}).get("auth", 0) == 0
+        finally:
+            if cap is not None:
+                cap.close()
+            for n in nodes.values():
+                n.close()
+
+
+# ------------------------------------------- replays the window cannot know
+#
+# Counters are timestamps (csrc/auth.h): a source's replay entry, when it is
+# created -- the first datagram of that source since the receiver started,
+# or since the table evicted the source -- takes only counters sealed after
+# the receiver's wall clock less replay_clock_skew; older ones are refused
+# as "stale" (csrc/replay.h).  Clocks are moved with set_wall_clock_offset:
+# a receiver "started later" is one whose clock is ahead.
+
+SECOND = 10**9
+AUTHORITY = [T.JOIN, T.LEAVE, T.GAPNOTE, T.GCNOTE, T.LOGACK, T.RTX, T.GOSSIP]
+
+
+def later(e, seconds):
+    """e's wall clock as if `seconds` had passed (or its host's clock were off)."""
+    e.node.set_wall_clock_offset(int(seconds * SECOND))
+    return e
+
+
+@pytest.mark.parametrize("type_", AUTHORITY, ids=lambda t: t.name)
+def test_a_control_datagram_captured_before_the_receiver_started_is_stale(tmp_path, type_):
+    """Captured from member 1, resent to a member 2 that started 10 s
+    later (a restart, or a new member): dropped as "stale", counted, never
+    reaches the control plane -- the window of a fresh node is empty, so
+    before counters were timestamps it was taken once."""
+    a = engine(tmp_path, 1, 10_000)
+    d = control_datagram(a, type_)
+    b = later(engine(tmp_path, 2, 20_000), 10)
+    q0 = ctl_queued(b)
+    for k in range(2):
+        assert reason_name(b.receive_datagram(d, 1, 2000 + k)) == "stale"
+    assert ctl_queued(b) == q0
+    assert b.node.rx_reasons() == {"stale": 2}
+    assert b.counters()["replay_stale"] == 2              # Node.stats() shows the engine's counters
+    # member 1 itself is heard: what it seals now is after b's start
+    later(a, 10)
+    assert b.receive_datagram(control_datagram(a, T.GOSSIP), 1, 3000) == 0
+    assert ctl_queued(b) == q0 + 1
+
+
+def test_a_replayed_rtx_to_a_restarted_member_gets_no_repairs(tmp_path):
+    """The RTX a receiver sent before member 1 restarted, resent to the new
+    run of member 1 (same id, new incarnation, 10 s later): no REPAIR."""
+    a, b = engine(tmp_path, 1, 10_000), engine(tmp_path, 2, 20_000)
+    b.datagrams_to_send()
+    b.emit(1, T.RTX, wire.missing_section(1, a.inc, digest.encode([(0, 5)], 0, 5)[0]))
+    (rtx,) = [d for _, d in b.datagrams_to_send()]
+    a2 = later(engine(tmp_path, 1, 10_000, inc=2), 10)
+    for k in range(5):
+        a2.publish(b"m%d" % k, now=1000)
+    a2.datagrams_to_send()
+    assert reason_name(a2.receive_datagram(rtx, 2, 2000)) == "stale"
+    a2.handle_timer(2001)
+    assert not [m for _, x in a2.datagrams_to_send() for m in wire.parse(x)[1] if m[0] == T.REPAIR]
+
+
+def test_a_control_datagram_replayed_after_its_sources_entry_was_evicted_is_stale(tmp_path):
+    """Member 2 takes member 1's LEAVE (a genuine one), then hears from
+    as many other sources as its replay table holds, so member 1's entry is
+    evicted; 10 s on, the captured LEAVE is resent: stale (before, a new
+    entry knew nothing and took it again).  Member 1's own new datagrams
+    are still heard at once."""
+    sys.path.insert(0, FUZZ_DIR)
+    from fuzz_engine import Sealer
+    a, b = engine(tmp_path, 1, 10_000), engine(tmp_path, 2, 20_000)
+    leave = control_datagram(a, T.LEAVE)
+    assert b.receive_datagram(leave, 1, 2000) == 0
+    cap = b.node.auth_stats()["replay_sources_max"]
+    sealer = Sealer(1, KEY, time.time_ns())
+    for src in range(3, 3 + cap):
+        d = bytearray(wire.datagram([(T.GOSSIP, 0, src, 1, 0, 0, wire.gossip_body(0, 0, 1000))],
+                                    group=1, source=src, source_inc=1))
+        d[3] |= wire.DGF_MAC
+        assert b.receive_datagram(sealer.seal(bytes(d)), 10 + src, 2001) == 0
+    assert b.node.auth_stats()["replay_evicted"] >= 1
+    later(b, 10)
+    q0 = ctl_queued(b)
+    assert reason_name(b.receive_datagram(leave, 1, 3000)) == "stale"
+    assert ctl_queued(b) == q0
+    later(a, 10)
+    assert b.receive_datagram(control_datagram(a, T.GOSSIP), 1, 3001) == 0
+
+
+def test_a_member_that_started_long_before_the_receiver_is_heard_at_once(tmp_path):
+    """Member 1 has run for an hour (counter0 an hour ago, thousands of
+    datagrams sealed): a receiver that starts now hears its first control
+    datagram -- the counter says when the datagram was sealed, not when its
+    sender started.  (A floor judged by counter0 + datagrams would refuse it.)"""
+    a = engine(tmp_path, 1, time.time_ns() - 3600 * SECOND)
+    for k in range(2000):
+        a.publish(b"x" * 16, now=1000)
+    a.datagrams_to_send()
+    b = engine(tmp_path, 2, 20_000)
+    for type_ in (T.GOSSIP, T.GAPNOTE, T.LOGACK):
+        assert b.receive_datagram(control_datagram(a, type_), 1, 2000) == 0
+    assert b.node.rx_reasons() == {}
+
+
+@pytest.mark.parametrize("behind", [0.5, 3, 4.5])
+def test_a_member_whose_clock_is_behind_by_less_than_the_skew_is_heard(tmp_path, behind):
+    a = later(engine(tmp_path, 1, 10_000), -behind)
+    b = engine(tmp_path, 2, 20_000)                      # replay_clock_skew: 5 s by default
+    assert b.receive_datagram(control_datagram(a, T.JOIN), 1, 2000) == 0
+    assert b.receive_datagram(control_datagram(a, T.GOSSIP), 1, 2001) == 0
+    assert b.node.rx_reasons() == {}
+
+
+def test_a_member_whose_clock_is_behind_by_more_is_heard_once_its_clock_passes_the_floor(tmp_path):
+    """8 s behind with a 5 s skew: refused ("stale", visible in the
+    counters) by a receiver that just started; the floor was fixed when the
+    entry was created, so 4 s later -- the member's clock now only 4 s
+    behind that floor's moment -- it is heard."""
+    a = later(engine(tmp_path, 1, 10_000), -8)
+    b = engine(tmp_path, 2, 20_000)
+    assert reason_name(b.receive_datagram(control_datagram(a, T.GOSSIP), 1, 2000)) == "stale"
+    later(a, -8 + 4), later(b, 4)                         # 4 s pass on both hosts
+    assert b.receive_datagram(control_datagram(a, T.GOSSIP), 1, 3000) == 0
+    assert b.counters()["replay_stale"] == 1
+
+
+def test_a_replay_captured_within_the_skew_before_the_receiver_started_is_taken_once(tmp_path):
+    """The window left, stated: a datagram sealed less than the skew before
+    the receiver started (and never seen by it) is taken once, then refused
+    as a replay (docs/security.md, "Replay")."""
+    a = engine(tmp_path, 1, 10_000)
+    d = control_datagram(a, T.GOSSIP)
+    b = later(engine(tmp_path, 2, 20_000), 3)
+    assert b.receive_datagram(d, 1, 2000) == 0
+    assert reason_name(b.receive_datagram(d, 1, 2001)) == "replay"
+
+
+@pytest.mark.parametrize("off", [0, None])
+def test_replay_clock_skew_0_or_none_turns_the_clock_floor_off(tmp_path, off):
+    a = engine(tmp_path, 1, 10_000)
+    d = control_datagram(a, T.LEAVE)
+    b = later(engine(tmp_path, 2, 20_000, replay_clock_skew=off), 3600)
+    assert b.node.auth_stats()["replay_clock_skew_ns"] == 0
+    assert b.receive_datagram(d, 1, 2000) == 0
+
+
+def test_replay_clock_skew_sets_the_floor(tmp_path):
+    a = engine(tmp_path, 1, 10_000)
+    d = control_datagram(a, T.LEAVE)
+    b = later(engine(tmp_path, 2, 20_000, replay_clock_skew=0.5), 1)
+    assert b.node.auth_stats()["replay_clock_skew_ns"] == SECOND // 2
+    assert reason_name(b.receive_datagram(d, 1, 2000)) == "stale"
+
+
+@pytest.mark.parametrize("bad", [-1, "5", True, float("nan"), float("inf"), 3601])
+def test_a_bad_replay_clock_skew_is_a_config_error_naming_it(tmp_path, bad):
+    with pytest.raises(ConfigError, match="replay_clock_skew"):
+        Config(node_id=1, key_file=key_file(tmp_path), replay_clock_skew=bad)
+
+
+def test_counters_are_timestamps_strictly_increasing(tmp_path):
+    """Each sealed datagram's counter is the sealer's wall clock (within the
+    coarse clock's few ms) and strictly above the last; its low 10 bits are
+    the run's salt."""
+    a = engine(tmp_path, 1, 10_000)
+
+    def counter(d):
+        return int.from_bytes(d[-24:-16], "little")
+
+    t0 = time.time_ns()
+    cs = [counter(control_datagram(a, T.GOSSIP)) for _ in range(200)]
+    t1 = time.time_ns()
+    assert all(x < y for x, y in zip(cs, cs[1:]))
+    assert t0 - 50 * 10**6 <= cs[0] and cs[-1] <= t1 + 50 * 10**6
+    assert len({c & 1023 for c in cs}) == 1
+    later(a, -3600)                                       # the clock stepped back: still increasing
+    assert counter(control_datagram(a, T.GOSSIP)) > cs[-1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("tick"), st.integers(1, 4)),
+                          st.tuples(st.just("seal"), st.just(0)),
+                          st.tuples(st.just("deliver"), st.integers(0, 39)),
+                          st.tuples(st.just("restart"), st.just(0))),
+                min_size=1, max_size=60))
+def test_the_clock_floor_against_a_reference(tmp_path_factory, ops):
+    """Seal control datagrams at member 1, let whole seconds pass, deliver
+    any of them (repeats, any order) to member 2, restart member 2 (a new
+    node, empty table) -- against the rule, stated on seal times: a
+    datagram is "stale" iff it was sealed before the receiver's clock less
+    the skew (5.5 s) at the moment its run first heard member 1; else a
+    "replay" iff that run accepted it before (or more than 64 newer ones);
+    else taken."""
+    tmp = tmp_path_factory.mktemp("cf")
+    skew = 5.5
+    a = engine(tmp, 1, 10_000)
+    b = engine(tmp, 2, 20_000, replay_clock_skew=skew)
+    now = 0                                               # virtual seconds on both clocks
+    sealed = []                                           # (datagram, seal time)
+    floor, accepted = None, set()                         # the receiver run's model
+    for op, arg in ops:
+        if op == "tick":
+            now += arg
+            later(a, now), later(b, now)
+        elif op == "seal":
+            sealed.append((control_datagram(a, T.GOSSIP), now))
+        elif op == "restart":
+            b = later(engine(tmp, 2, 20_000, replay_clock_skew=skew), now)
+            floor, accepted = None, set()
+        elif arg < len(sealed):
+            d, t = sealed[arg]
+            if floor is None:
+                floor = now - skew
+            if t < floor:
+                want = "stale"
+            elif arg in accepted or sum(1 for j in accepted if j > arg) > 64:
+                want = "replay"
+            else:
+                want = "ok"
+                accepted.add(arg)
+            assert reason_name(b.receive_datagram(d, 1, 2000)) == want, (arg, t, now, floor)
+
+
+# ---------------------------------------------------------------- on the wire
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_control_datagrams_captured_before_a_member_restarted_are_stale_at_its_new_run(tmp_path):
+    """Two keyed members on real sockets in a namespace; member 1's control
+    datagrams to member 2 are captured; member 2 stops, and starts again
+    (a new incarnation, the same port) more than replay_clock_skew later
+    (the default, 5 s).  Every captured datagram resent to it is dropped as
+    "stale" and counted in Node.stats(), and member 1's fresh gossip is
+    taken (before, the new run's empty window took every one once)."""
+    import socket
+    import struct
+
+    from rpbcast.api import Node
+    from rpbcast.tools import netns
+
+    control = {t for t in T if t not in (T.PAD, T.DATA, T.REPAIR, T.HEARTBEAT)}
+    with netns.namespace() as ns, netns.entered(ns):
+        ports = {1: free_port(), 2: free_port()}
+        gport = free_port()
+        specs = [MemberSpec(i, f"127.0.0.1:{ports[i]}") for i in ports]
+
+        def start(i, inc):
+            return Node(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs, incarnation=inc,
+                               gossip_interval=0.02, group_addr=f"239.255.91.4:{gport}",
+                               key_file=key_file(tmp_path)))
+
+        nodes, cap = {}, None
+        try:
+            nodes = {1: start(1, 1), 2: start(2, 1)}
+            time.sleep(0.3)
+            cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+            cap.bind(("lo", 0x0800))
+            cap.settimeout(0.2)
+            for k in range(20):
+                nodes[1].publish(b"p%d" % k)
+            captured = []
+            end = time.time() + 3
+            while time.time() < end and len(captured) < 20:
+                try:
+                    pkt, addr = cap.recvfrom(65536)
+                except (TimeoutError, socket.timeout):
+                    continue
+                if addr[2] == socket.PACKET_OUTGOING or len(pkt) < 28 or pkt[9] != 17:
+                    continue
+                ihl = (pkt[0] & 15) * 4
+                dport = struct.unpack_from("!H", pkt, ihl + 2)[0]
+                d = pkt[ihl + 8:]
+                if dport != ports[2] or len(d) < 24 or struct.unpack_from("<I", d, 8)[0] != 1:
+                    continue
+                if any(m[0] in control for m in wire.parse(d)[1]) and d not in captured:
+                    captured.append(d)
+            cap.close()
+            cap = None
+            assert len(captured) >= 5
+            nodes.pop(2).close()
+            time.sleep(5.5)                               # more than the default skew
+            nodes[2] = start(2, 2)
+            time.sleep(0.3)                               # it hears member 1's fresh gossip
+            st0 = nodes[2].stats()
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            for d in captured:
+                s.sendto(d, ("127.0.0.1", ports[2]))
+            s.close()
+            time.sleep(0.5)
+            st = nodes[2].stats()
+            stale = st.get("rx_reasons", {}).get("stale", 0) - st0.get("rx_reasons", {}).get("stale", 0)
+            assert stale == len(captured)
+            assert st["replay_stale"] - st0["replay_stale"] == len(captured)
+            assert st["replay_fresh"] > 0                 # member 1's genuine gossip is heard
+            assert st.get("rx_reasons", {}).get("replay", 0) == 0
         finally:
             if cap is not None:
                 cap.close()

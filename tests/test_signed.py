@@ -8,6 +8,7 @@ with the real group key (the key holder's view), so the MAC passes."""
 import os
 import struct
 import sys
+import time
 
 import pytest
 
@@ -60,10 +61,16 @@ def emitted(e, type_, body=b"", dest=DEST_MCAST, seq=0):
     return d
 
 
-def forged(source, msgs, sig_block=None, counter=10**15):
+# a forger's counter: counters are wall-clock timestamps (csrc/auth.h), so
+# one 11 days ahead is far above every genuine member's
+FAR_AHEAD = time.time_ns() + 10**15
+
+
+def forged(source, msgs, sig_block=None, counter=None):
     """A datagram in `source`'s name sealed with the group key, as a key
     holder can: without a signature, or with `sig_block` (68 bytes) and the
-    SIG flag."""
+    SIG flag.  Its counter by default FAR_AHEAD."""
+    counter = FAR_AHEAD if counter is None else counter
     d = bytearray(wire.datagram(msgs, group=1, source=source, source_inc=1))
     d[3] |= wire.DGF_MAC
     if sig_block is None:
@@ -172,7 +179,7 @@ def test_a_key_holder_cannot_speak_in_another_members_name(tmp_path, how):
         d = bytearray(emitted(engine(tmp_path, 3), T.GAPNOTE, gapnote_body(1))[:-25])
         struct.pack_into("<I", d, 8, 1)
         struct.pack_into("<I", d, len(d) - 68, 1)
-        ctr = 10**15
+        ctr = FAR_AHEAD
         d = bytes(d) + bytes([KID]) + struct.pack("<Q", ctr) + Sealer(KID, KEY, ctr).tag(bytes(d), 1, ctr)
     else:
         d = forged(1, GAP, sig)
@@ -182,6 +189,19 @@ def test_a_key_holder_cannot_speak_in_another_members_name(tmp_path, how):
     assert b.node.rx_reasons() == {"sig": 1}
     a = engine(tmp_path, 1)                               # its counter is far below the forgery's
     assert reason(b, emitted(a, T.GAPNOTE, gapnote_body(1))) == "ok"
+
+
+def test_a_signed_datagram_captured_before_the_receiver_started_is_stale(tmp_path):
+    """Signed datagrams have a replay window of their own; it has the clock
+    floor too (csrc/replay.h): member 1's genuine signed GAPNOTE, resent to
+    a member 2 that started 10 s later, is "stale", never taken."""
+    d = emitted(engine(tmp_path, 1), T.GAPNOTE, gapnote_body(1))
+    b = engine(tmp_path, 2)
+    b.node.set_wall_clock_offset(10 * 10**9)
+    q0 = b.node.counters()["ctl_queued"]
+    assert reason(b, d) == "stale"
+    assert b.node.counters()["ctl_queued"] == q0
+    assert b.node.auth_stats()["replay_stale"] == 1
 
 
 def test_a_forged_sig_flag_on_a_non_authority_datagram_is_checked(tmp_path):

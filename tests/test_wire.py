@@ -116,7 +116,7 @@ def test_codes_are_the_wire_formats():
         "GAPNOTE PURGED WINDOW SEQBLOCK PING PONG ATOMIC FLOWACK".split())]
     assert [(r.name, int(r)) for r in R] == [(n, i) for i, n in enumerate(
         "OK SHORT OVERSIZE MAGIC VERSION DFLAGS MAC COUNT MSG_TRUNC BODY_TRUNC TRAILING TYPE FLAGS "
-        "BODY SEQ GROUP AUTH NOT_OWN REPLAY SIG".split())]
+        "BODY SEQ GROUP AUTH NOT_OWN REPLAY SIG STALE".split())]
     assert [(k.name, int(k)) for k in wire.Section] == [("MISSING", 1), ("LASTSEEN", 2),
                                                          ("STABILITY", 3), ("LIVE", 4)]
     assert (wire.F_LABEL, wire.F_FROM_LOGGER, wire.F_IDLE, wire.F_FIRST) == (1, 2, 1, 2)

@@ -811,3 +811,8 @@ cdef extern from "auth.h" nogil:
     int rp_auth_verifying(const rp_auth_t *a)
     int rp_auth_ed25519_public(const uint8_t *priv, uint8_t *pub)
     uint64_t rp_auth_signatures(const rp_auth_t *a)
+    void rp_auth_set_replay_skew(rp_auth_t *a, uint64_t ns)
+    uint64_t rp_auth_replay_skew(const rp_auth_t *a)
+    void rp_auth_set_clock_offset(rp_auth_t *a, int64_t ns)
+    uint64_t rp_auth_wall_ns(const rp_auth_t *a)
+    uint64_t rp_auth_stale(const rp_auth_t *a)

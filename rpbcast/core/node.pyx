@@ -235,7 +235,8 @@ cdef class Node:
         sending key, at most two (a roll-over); [] unkeys it.  From now on
         every datagram sent carries an AES-128-GMAC trailer and every
         datagram received without a valid one is dropped (reason "auth").
-        counter0: the first nonce counter (csrc/auth.h: the wall clock in ns)."""
+        counter0: no nonce counter is below it (csrc/auth.h: counters are
+        the wall clock in ns at seal time, with a per-run salt)."""
         cdef bytes ids = bytes(int(k) for k, _ in keys)
         cdef bytes mat = b"".join(bytes(v) for _, v in keys)
         if len(keys) > 2 or len(mat) != RP_AUTH_KEY_LEN * len(keys):
@@ -247,6 +248,28 @@ cdef class Node:
             raise ValueError("the crypto library refused the keys (or two keys share an id)")
         if prev >= 0 and self.n.auth != NULL:
             rp_auth_set_impl(self.n.auth, prev)
+
+    def set_replay_clock_skew(self, uint64_t ns):
+        """The clock skew allowed between members, in ns (csrc/replay.h): a
+        source's replay entry, when created, refuses control datagrams
+        sealed before this node's wall clock less ns ("stale"); 0 turns
+        the clock floor off.  Needs set_auth first (each set_auth starts
+        from the default, 5 s)."""
+        if self.n.auth == NULL:
+            raise ValueError("set_auth first")
+        rp_auth_set_replay_skew(self.n.auth, ns)
+
+    def set_wall_clock_offset(self, int64_t ns):
+        """Shift the wall clock this node's counters and clock floors read
+        by ns (tests: a host whose clock is off, or that started later)."""
+        if self.n.auth == NULL:
+            raise ValueError("set_auth first")
+        rp_auth_set_clock_offset(self.n.auth, ns)
+
+    @property
+    def wall_ns(self):
+        """The wall clock in ns as the MAC counters read it (None unkeyed)."""
+        return rp_auth_wall_ns(self.n.auth) if self.n.auth != NULL else None
 
     def set_encrypt(self, bint on):
         """Encrypt the body of every datagram sent (AES-128-GCM under the
@@ -322,7 +345,9 @@ cdef class Node:
     def auth_stats(self):
         """A keyed node's MAC and replay counters ({} unkeyed): datagrams
         sealed, the replay table's sources (and its bound), control
-        datagrams accepted and refused as replays, sources evicted at the
+        datagrams accepted, refused as replays and refused as stale (sealed
+        before the source's entry's clock floor), the clock skew allowed,
+        sources evicted at the
         bound, datagrams dropped because the plaintext buffers were full,
         and the engine that computes the MAC (auth_impl; mac_lib: for
         intel-ipsec-mb, its version and the code path it chose, e.g.
@@ -333,6 +358,8 @@ cdef class Node:
         return {"sealed": rp_auth_sealed(self.n.auth), "replay_sources": r.n,
                 "replay_sources_max": r.cap, "replay_fresh": r.accepted,
                 "replay_refused": r.refused, "replay_evicted": r.evicted,
+                "replay_stale": rp_auth_stale(self.n.auth),
+                "replay_clock_skew_ns": rp_auth_replay_skew(self.n.auth),
                 "decrypt_buffers_full": rp_auth_arena_full(self.n.auth),
                 "mac_impl": self.auth_impl,
                 # the library's version and the code it picked for this CPU

@@ -143,6 +143,7 @@ class Engine:
         ns (csrc/auth.h says why).  The parts size their messages by
         cfg.mtu, so they see the MTU less the trailer."""
         self.node.set_auth(read_key_file(cfg.key_file), counter0)
+        self.node.set_replay_clock_skew(int((cfg.replay_clock_skew or 0) * 1e9))
         if cfg.mac_impl != "auto":
             try:
                 self.node.set_auth_impl(cfg.mac_impl)
