@@ -12,7 +12,10 @@ wait.
         --config none="" --config w8192="--flow-window 8192"
 
 A worker's main thread is its application (publish, take); of its other
-threads the one with the most CPU is the node's loop thread."""
+threads the one with the most CPU is the node's loop thread.
+app_threads_same_cpu: of the samples (every 50 ms), the fraction in which
+the sender's application thread last ran on the CPU a receiver's did --
+two threads that should run side by side taking turns on one core."""
 from __future__ import annotations
 
 import argparse
@@ -57,6 +60,15 @@ def _role(pid):
     return None
 
 
+def _cpu_of(pid, tid):
+    """The CPU the thread last ran on (/proc stat field 39)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _thread(pid, tid):
     """(cpu ns, run-queue wait ns, voluntary, involuntary switches) or None."""
     try:
@@ -80,8 +92,12 @@ def run_once(args, tree):
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     last = {}           # (pid, tid) -> (role, main?, sample)
     roles = {}
+    together = apart = 0    # samples with the sender's and a receiver's application thread on one CPU / not
     while p.poll() is None:
+        apps = {}
         for c in _descendants(p.pid):
+            if roles.get(c) in ("sender", "receiver"):
+                apps.setdefault(roles[c], []).append(_cpu_of(c, c))
             if c not in roles:
                 roles[c] = _role(c)
             if not roles[c]:
@@ -94,6 +110,11 @@ def run_once(args, tree):
                 s = _thread(c, t)
                 if s:
                     last[(c, t)] = (roles[c], t == c, s)
+        for tx in apps.get("sender", []):
+            for rx in apps.get("receiver", []):
+                if tx is not None and rx is not None:
+                    together += tx == rx
+                    apart += tx != rx
         time.sleep(0.05)
     out, err = p.communicate()
     try:
@@ -108,7 +129,8 @@ def run_once(args, tree):
         app = [s for m, s in ts if m]
         other = sorted((s for m, s in ts if not m), key=lambda s: -s[0])
         threads.setdefault(role, []).append({"app": app[0] if app else None, "loop": other[0] if other else None})
-    return {"summary": summary, "threads": threads}
+    return {"summary": summary, "threads": threads,
+            "same_cpu": together / (together + apart) if together + apart else None}
 
 
 def row(r):
@@ -122,6 +144,7 @@ def row(r):
         d["dgrams_per_rx_call"] = min(v["dgrams_per_rx_call"] or 0 for v in rx)
         d["msgs_per_take"] = min(v["msgs_per_take"] or 0 for v in rx)
         d["takes"] = max(v["takes"] for v in rx)
+    d["app_threads_same_cpu"] = r["same_cpu"]
     if tx:
         d["window_waits"] = tx[0]["window_waits"]
         d["window_rx"] = tx[0]["window_rx"]
