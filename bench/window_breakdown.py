@@ -191,12 +191,15 @@ def main():
             if not rs:
                 continue
             keys = [x for x in rs[0] if x != "exactly_once"]
-            med = {x: statistics.median(r[x] for r in rs if x in r) for x in keys}
+            med = {x: statistics.median(v) for x in keys
+                   if (v := [r[x] for r in rs if r.get(x) is not None])}
             if base is None:
                 base = med
             ratio = med["delivered"] / base["delivered"] if base["delivered"] else 0
             print(f"{name}: delivered x{ratio:.2f}, exactly once {sum(r['exactly_once'] for r in rs)}/{len(rs)}, "
                   + json.dumps({x: round(v, 3) for x, v in med.items()}))
+    print("\n(machine load average during the runs: "
+          f"{min(r['load'] for rs in res.values() for r in rs)}-{max(r['load'] for rs in res.values() for r in rs)})")
 
 
 if __name__ == "__main__":
