@@ -61,3 +61,24 @@ def test_the_stress_report_gives_each_nodes_batching_and_waits():
     c = window_counters(sender)
     assert c["msgs_per_take"] is None and c["dgrams_per_rx_call"] is None
     assert (c["window_waits"], c["window_rx"]) == (7, 9)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(300)
+def test_a_windowed_stress_run_reports_the_receivers_takes_and_the_senders_waits(tmp_path):
+    """End to end: the summary of a real run has a node's counters, and
+    they add up -- the receiver's messages per take is what it delivered
+    over its takes, and a sender held by a small window waited for room."""
+    from stressrun import stress
+    rc, s = stress("--receivers", "1", "--loggers", "0", "--flow-window", "1024", "--duration", "1",
+                   tmp_path=tmp_path)
+    assert rc == 0 and s["exactly_once"], s["problems"]
+    c = s["window_counters"]
+    rx = [v for v in c.values() if v["role"] == "receiver"]
+    tx = [v for v in c.values() if v["role"] == "sender"]
+    assert len(rx) == 1 and len(tx) == 1
+    r = rx[0]
+    assert r["delivered"] == s["sent"] and r["takes"] > 0
+    assert r["msgs_per_take"] == round(r["delivered"] / r["takes"], 1)
+    assert r["rx_calls"] > 0 and r["dgrams_per_rx_call"] >= 1
+    assert tx[0]["window_waits"] > 0 and tx[0]["takes"] == 0
