@@ -469,6 +469,7 @@ int rp_loop_window_poke(rp_loop_t *l) { return rp_sendwin_poke(&l->win, l->node)
  * due here -- sent now, by this thread: a sender waiting on a full window
  * is woken by them, not by the loop's next turn. */
 void rp_loop_after_take(rp_loop_t *l) {
+    l->n_takes++;
     if (l->node->flowack && rp_flowack_after_take(l->node, rp_now_ns()))
         rp_loop_flush(l);
 }
@@ -711,6 +712,8 @@ void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx) {
     *waits = l->n_win_waits;
     *rx = l->n_win_rx;
 }
+
+uint64_t rp_loop_take_count(const rp_loop_t *l) { return l->n_takes; }
 
 /* The publisher's wait for room (loop.h).  Like rp_loop_app_wait it reads
  * only the sockets ppoll said are readable, hands control messages to the

@@ -64,6 +64,8 @@ typedef struct {
     uint64_t n_win_waits;    /* rp_loop_wait_room calls that found the window closed */
     uint64_t n_win_rx;       /* socket reads by a publisher waiting for room (its
                               * acknowledgments read by itself, not the loop thread) */
+    uint64_t n_takes;        /* application takes that took something (rp_loop_after_take):
+                              * delivered / n_takes is the receiver's batch per take */
     /* The application thread receives itself (rp_loop_app_wait).  While
      * app_waiting > 0 the loop does not watch the sockets (it sleeps on
      * ctl_epfd, at most blind_max_ns at a time, so it takes the sockets back
@@ -210,6 +212,9 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own);
 /* Its counters: waits that found the window closed, socket reads that
  * found acknowledgments (by a waiting or a short publish). */
 void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx);
+/* Application takes that took something (what a window turn costs the
+ * receiver: messages per take). */
+uint64_t rp_loop_take_count(const rp_loop_t *l);
 
 /* After the application took deliveries (mu held): send the flow
  * acknowledgments now due (flowack.h). */

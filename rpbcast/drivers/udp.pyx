@@ -118,6 +118,7 @@ cdef extern from "loop.h" nogil:
     void rp_loop_after_take(rp_loop_t *l)
     uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own)
     void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx)
+    uint64_t rp_loop_take_count(const rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -770,6 +771,9 @@ cdef class Transport:
                      # waits for room that found the windows closed, and socket reads
                      # by the publisher itself that found acknowledgments
                      "window_waits": win_waits, "window_rx": win_rx,
+                     # application takes that took something (delivered / takes:
+                     # the receiver's messages per take)
+                     "takes": rp_loop_take_count(&self.loop),
                      # the receive path: app_signals counts loop -> application
                      # hops (eventfd writes); app_rx_* what the application
                      # thread received itself; handoffs, batches it passed to

@@ -64,6 +64,9 @@ def add_parsers(sub):
     p.add_argument("--flow-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's flow window over the receivers' data-plane acknowledgments "
                         "(Config.flow_window; 0 = off; default: Config's, off)")
+    p.add_argument("--flow-ack-every", type=int, default=None, metavar="MESSAGES",
+                   help="receivers acknowledge to the flow window every this many messages taken "
+                        "(Config.flow_ack_every; default: Config's, the window / 8)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,

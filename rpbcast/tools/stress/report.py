@@ -88,6 +88,7 @@ def summarize(args, plan, sup, finals, dropped, t_start):
     s["released"] = [e for e in sup.protocol_events if e["event"][0] == "released"]
     s["lost_ids"] = {i: f.get("lost_ids", 0) for i, f in finals.items() if f.get("lost_ids")}
     s["rss_peak_kb"] = {i: f.get("rss_peak_kb") for i, f in finals.items()}
+    s["window_counters"] = {i: window_counters(f) for i, f in finals.items() if f.get("stats")}
     by_role = {}
     for i, f in finals.items():
         by_role[f["role"]] = max(by_role.get(f["role"], 0), f.get("rss_peak_kb") or 0)
@@ -101,6 +102,23 @@ def summarize(args, plan, sup, finals, dropped, t_start):
         s["exactly_once"] = s["exactly_once"] and s["atomic"]["all_or_none"]
     s["run_dir"] = plan.run_dir
     return s
+
+
+def window_counters(final) -> dict:
+    """What a window turn costs each node (issue 15, the maximum-rate goal):
+    datagrams per receive call, messages per application take, and the
+    publisher's waits for room -- the batching a window may break."""
+    st = final["stats"]
+    sock, loop = st.get("sock", {}), st.get("loop", {})
+    calls, dgrams = sock.get("rx_calls", 0), sock.get("rx_dgrams", 0)
+    takes, delivered = loop.get("takes", 0), st.get("delivered", 0)
+    return {"role": final.get("role"), "rx_calls": calls, "rx_dgrams": dgrams,
+            "dgrams_per_rx_call": round(dgrams / calls, 2) if calls else None,
+            "app_rx_calls": loop.get("app_rx_calls", 0), "app_rx_dgrams": loop.get("app_rx_dgrams", 0),
+            "takes": takes, "delivered": delivered,
+            "msgs_per_take": round(delivered / takes, 1) if takes else None,
+            "window_waits": loop.get("window_waits", 0), "window_rx": loop.get("window_rx", 0),
+            "window_closed": loop.get("window_closed", 0)}
 
 
 # What each protocol promises (docs/protocols.md); the check is the same for
