@@ -175,3 +175,29 @@ def test_after_a_full_take_the_receiver_takes_again_before_waiting():
     assert app.next_take().count == rw.BATCH
     assert app.next_take().count == 5
     assert node.calls == ["take", "take"]
+
+
+def test_stamp_publish_stamps_the_publish_call_instead():
+    """--stamp publish: the latency counts from the call that sent it."""
+    pacer = sw.Pacer(t0=0, rate=1_000, from_due=False)
+    b = sw._Batches(64, 16, False, 1)
+    node = RecordingNode()
+    t = time.monotonic_ns()
+    b.publish(node, 1, 3, pacer)
+    b.publish(node, 3, 4, pacer)
+    assert all(t <= s <= time.monotonic_ns() for s in node.stamps) and len(node.stamps) == 4
+
+
+def _sender_spec(tmp_path, *argv):
+    from stressrun import stress_args
+
+    from rpbcast.tools.stress.plan import make_plan, worker_spec
+    args = stress_args(*argv, "--run-dir", str(tmp_path / "run"))
+    args.faults_named = False
+    plan = make_plan(args, use_ns=False)
+    return worker_spec(args, plan, plan.senders[0], "sender")
+
+
+def test_the_stamp_option_reaches_the_sender(tmp_path):
+    assert _sender_spec(tmp_path, "--rate", "1000")["stamp"] == "due"
+    assert _sender_spec(tmp_path, "--rate", "1000", "--stamp", "publish")["stamp"] == "publish"

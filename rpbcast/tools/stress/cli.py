@@ -48,6 +48,10 @@ def add_parsers(sub):
     p.add_argument("--mac-impl", choices=["auto", "ipsec-mb", "openssl"], default="auto",
                    help="with --key-file: the engine that computes the MAC (Config.mac_impl)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
+    p.add_argument("--stamp", choices=["due", "publish"], default="due",
+                   help="with --rate: what a message's latency counts from -- its due time on the "
+                        "sender's schedule (the default: a sender that fell behind shows it) or the "
+                        "publish call that sent it")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
                    help="what a sender's buffer waits for (Config.flow_control); auto: every receiver's "

@@ -4,6 +4,7 @@ it sent, then stay up serving repairs until told to stop."""
 from __future__ import annotations
 
 import queue
+import struct
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_tra
                                               make_config)
 
 REPORT_EVERY_NS = 250_000_000
+_STAMP = struct.Struct("<Q")           # a message's first 8 bytes: its stamp (ns)
 FAULT_REPORT_EVERY_NS = 100_000_000    # in a run with faults (catch-up times)
 STOP_FLUSH_S = 2.0                     # at most this long for the last acknowledgments
 
@@ -40,7 +42,7 @@ def _send(spec, node, cmds, tw, events):
     batches = _Batches(size, batch, spec.get("labels", "none") == "stock", node.node_id)
     sent = 0
     t0 = time.monotonic_ns()
-    pacer = Pacer(t0, rate) if rate else None
+    pacer = Pacer(t0, rate, spec.get("stamp", "due") == "due") if rate else None
     end = t0 + int(duration * 1e9)
     next_report = t0
     every = FAULT_REPORT_EVERY_NS if spec.get("faults") else REPORT_EVERY_NS
@@ -51,7 +53,7 @@ def _send(spec, node, cmds, tw, events):
             break
         k = pacer.due(now, sent, batch) if pacer else batch
         if not k:
-            pacer.wait(time.monotonic_ns(), sent)
+            pacer.wait(now, sent)
             continue
         n = batches.publish(node, k, sent, pacer)
         sent += n
@@ -105,14 +107,19 @@ class Pacer:
 
     SPIN_NS = 50_000            # the last stretch before a due time is spun, not slept
 
-    def __init__(self, t0: int, rate: float):
+    def __init__(self, t0: int, rate: float, from_due: bool = True):
         self.t0 = int(t0)
         self.rate = float(rate)
+        self.period = 1e9 / self.rate
+        self.from_due = from_due    # False (--stamp publish): stamp the publish call instead
 
-    def due_at(self, i) -> int:
-        """When message i is due (ns; i may be an array)."""
-        return self.t0 + ((np.asarray(i, np.float64) + 1) * 1e9 / self.rate).astype(np.int64) \
-            if np.ndim(i) else self.t0 + int((i + 1) * 1e9 / self.rate)
+    def due_at(self, i: int) -> int:
+        """When message i is due (ns)."""
+        return self.t0 + int((i + 1) * self.period)
+
+    def due_times(self, first: int, k: int) -> np.ndarray:
+        """When messages first..first+k-1 are due (ns)."""
+        return self.t0 + ((np.arange(first, first + k) + 1) * self.period).astype(np.int64)
 
     def due(self, now: int, sent: int, batch: int) -> int:
         """How many messages are due at `now` beyond the `sent` first, at
@@ -123,7 +130,7 @@ class Pacer:
     def wait(self, now: int, sent: int) -> None:
         """Until message `sent` is due: sleep, spinning the last SPIN_NS (a
         sleep overshoots by tens of microseconds)."""
-        wait = self.due_at(sent) - now
+        wait = self.t0 + (sent + 1) * self.period - now
         if wait > 2 * self.SPIN_NS:
             time.sleep((wait - self.SPIN_NS) / 1e9)
 
@@ -138,7 +145,7 @@ class _Batches:
         self.buf = np.zeros(batch * size, np.uint8)
         self.stamps = self.buf.reshape(batch, size)[:, :8].view(np.uint64)   # send time per message
         self.lens = np.full(batch, size, np.uint32)
-        self.one = memoryview(self.buf)[:size]          # the first message, for a lone publish()
+        self.one = memoryview(self.buf.data).cast("B")[:size]     # the first message, for a lone publish()
         self.labelled = labelled
         if labelled:
             from rpbcast.sim.stock import StockWorkload
@@ -152,12 +159,12 @@ class _Batches:
         many the node took.  A lone unlabelled message goes out through
         publish() (no arrays to slice: the paced sender's common case)."""
         size = self.size
-        if pacer is None:
+        if pacer is None or not pacer.from_due:
             self.stamps[:k, 0] = time.monotonic_ns()
         elif k == 1:
-            self.stamps[0, 0] = pacer.due_at(sent)
+            _STAMP.pack_into(self.one, 0, pacer.due_at(sent))
         else:
-            self.stamps[:k, 0] = pacer.due_at(np.arange(sent, sent + k))
+            self.stamps[:k, 0] = pacer.due_times(sent, k)
         if not self.labelled:
             if k == 1:
                 try:
