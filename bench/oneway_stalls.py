@@ -65,9 +65,23 @@ def pin(args, last):
         os.sched_setaffinity(0, {cpus[-1] if last else cpus[0]})
 
 
+def loop_sched(node, args):
+    """--loop-nice / --loop-fifo: the node's loop thread's scheduling (an
+    experiment: does a loop thread that is never made to wait by a spinner
+    take the tail away?)."""
+    import threading
+    loops = [t for t in threading.enumerate() if t.name == f"rpbcast-{node.node_id}"]
+    for t in loops:
+        if getattr(args, "loop_fifo", 0):
+            os.sched_setscheduler(t.native_id, os.SCHED_FIFO, os.sched_param(args.loop_fifo))
+        elif getattr(args, "loop_nice", None) is not None:
+            os.setpriority(os.PRIO_PROCESS, t.native_id, args.loop_nice)
+
+
 def send(args):
     pin(args, last=False)
     node = Node(config(1, args))
+    loop_sched(node, args)
     time.sleep(0.5)
     size, rate, batch = 64, args.rate, 1024
     buf = np.zeros(batch * size, np.uint8)
@@ -147,6 +161,7 @@ def recv(args):
     node = Node(config(2, args))
     if args.loop_cpu is not None:
         pin(args, last=True)            # this thread only: the loop thread is on loop_cpu
+    loop_sched(node, args)
     ctl = _time_control(node) if args.time_control else None
     gcs = []                                     # (start, end) of the receiver's collections
     gc_t = [0]
@@ -280,6 +295,7 @@ def main(argv=None):
     a = sub.add_parser("send")
     a.add_argument("rate", type=float)
     a.add_argument("seconds", type=float)
+    a.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu (the loop thread's CPU)")
     b = sub.add_parser("recv")
     b.add_argument("seconds", type=float)
     b.add_argument("--receive-mode", choices=("wait", "spin"), default=None)
@@ -287,6 +303,8 @@ def main(argv=None):
     b.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu (the loop thread's CPU)")
     for p in (a, b):
         p.add_argument("--pin", action="store_true", help="sender on the first CPU, receiver on the last")
+        p.add_argument("--loop-nice", type=int, default=None, help="the loop thread's nice value")
+        p.add_argument("--loop-fifo", type=int, default=0, help="the loop thread SCHED_FIFO at this priority")
     args = ap.parse_args(argv)
     (send if args.role == "send" else recv)(args)
 

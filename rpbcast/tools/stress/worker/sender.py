@@ -145,7 +145,7 @@ class _Batches:
         self.buf = np.zeros(batch * size, np.uint8)
         self.stamps = self.buf.reshape(batch, size)[:, :8].view(np.uint64)   # send time per message
         self.lens = np.full(batch, size, np.uint32)
-        self.one = memoryview(self.buf.data).cast("B")[:size]     # the first message, for a lone publish()
+        self.one = memoryview(self.buf.data).cast("B")[:size]     # the first message (its stamp: struct)
         self.labelled = labelled
         if labelled:
             from rpbcast.sim.stock import StockWorkload
@@ -156,8 +156,12 @@ class _Batches:
     def publish(self, node, k, sent, pacer=None) -> int:
         """Publish the first k messages (seqs from `sent` on), stamped with
         their due times (`pacer`) or, unpaced, with the publish call; how
-        many the node took.  A lone unlabelled message goes out through
-        publish() (no arrays to slice: the paced sender's common case)."""
+        many the node took.  A lone message too goes out through
+        publish_batch: publish() is ~3 us cheaper alone, but when the send
+        window looks full it refuses without first reading the
+        acknowledgments already waiting in the socket, as publish_batch
+        does, and each refusal cost the paced sender a wait for room (its
+        p50 doubled at 100 k msgs/s, docs/performance.md)."""
         size = self.size
         if pacer is None or not pacer.from_due:
             self.stamps[:k, 0] = time.monotonic_ns()
@@ -166,12 +170,6 @@ class _Batches:
         else:
             self.stamps[:k, 0] = pacer.due_times(sent, k)
         if not self.labelled:
-            if k == 1:
-                try:
-                    node.publish(self.one)
-                except BlockingIOError:
-                    return 0
-                return 1
             return node.publish_batch(self.buf[:k * size], self.lens[:k])
         pending = self.pending
         n = node.publish_batch(self.buf[:k * size], self.lens[:k], pending[:k])
