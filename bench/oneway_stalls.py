@@ -3,6 +3,8 @@
     bench/oneway_stalls.sh [MODE ...]        (runs both ends in a namespace)
     ip netns exec NS python3 bench/oneway_stalls.py recv SECONDS [--receive-mode spin] [--pin] [--take-wait]
     ip netns exec NS python3 bench/oneway_stalls.py send RATE SECONDS [--pin]
+    (either end: [--loop-cpu N] [--loop-nice N | --loop-fifo PRIO]: the node's
+    loop thread's CPU and scheduling -- the layouts docs/performance.md compares)
 
 The sender publishes one message at a time when it is due (catching up with
 a batch when it fell behind), each stamped with its publish call.  The
@@ -26,7 +28,10 @@ and, for the messages over 1 ms (the tail), what each coincided with:
               the run, from Node.stats)
 
 and the receiving process's context switches (voluntary / involuntary, per
-thread) and a histogram of the receiver's loop gaps."""
+thread: a receiving thread that waited for the node lock or the GIL shows
+voluntary ones), the takes that waited for the node lock during the run
+(app_lock_waits; the longest wait is since the node started) and a
+histogram of the receiver's loop gaps."""
 import argparse
 import gc
 import os
@@ -284,9 +289,12 @@ def recv(args):
             " ".join(f"{(b - a) / 1e3:.0f}us:{w}" for a, b, w in slow[:12])), flush=True)
     print("CTXSW (voluntary/involuntary during the run) " + " ".join(cs), flush=True)
     lp0, lp1 = st0["loop"], st["loop"]
-    keys = ("iterations", "wakeups", "control_calls", "app_signals", "app_handoffs", "app_rx_dgrams", "tail_probes")
+    keys = ("iterations", "wakeups", "control_calls", "app_signals", "app_handoffs", "app_rx_dgrams", "tail_probes",
+            "app_lock_waits")
     print("LOOP (during the run) " + " ".join(f"{k}={lp1[k] - lp0[k]}" for k in keys if k in lp1)
-          + f" rx_dgrams={st['sock']['rx_dgrams'] - st0['sock']['rx_dgrams']}", flush=True)
+          + f" rx_dgrams={st['sock']['rx_dgrams'] - st0['sock']['rx_dgrams']}"
+          + f" app_lock_wait_max_us={lp1.get('app_lock_wait_max_us', -1):.0f}"
+          + f" (before the run {lp0.get('app_lock_wait_max_us', -1):.0f})", flush=True)
 
 
 def main(argv=None):
