@@ -39,8 +39,9 @@ def add_parsers(sub):
                         "while it waits (latency; burns a core each)")
     p.add_argument("--pin", action="store_true",
                    help="pin each sender process to this process's first CPU and each receiver to its last "
-                        "(their threads with them); with --receive-mode spin, the low-latency setup "
-                        "(docs/performance.md, \"One way at 100 k msgs/s\")")
+                        "(their threads with them: a receiver's loop thread beside its spinning application "
+                        "thread, the layout measured best); with --receive-mode spin, the low-latency setup "
+                        "(docs/api.md, \"The low-latency setup\")")
     p.add_argument("--key-file", default=None,
                    help="group key file: every datagram carries a MAC (docs/security.md)")
     p.add_argument("--encrypt", action="store_true",
