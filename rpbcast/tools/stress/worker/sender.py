@@ -137,8 +137,9 @@ class Pacer:
 
 class _Batches:
     """The payloads of one publish_batch call: `batch` messages of `size`
-    bytes, each stamped with its due time (paced) or its send time; labelled, they carry the stock
-    workload's labels and the sender remembers each label's last seq."""
+    bytes, each stamped with its due time (paced) or its send time;
+    labelled, they carry the stock workload's labels and the sender
+    remembers each label's last seq."""
 
     def __init__(self, size, batch, labelled, seed):
         self.size = size
@@ -157,11 +158,10 @@ class _Batches:
         """Publish the first k messages (seqs from `sent` on), stamped with
         their due times (`pacer`) or, unpaced, with the publish call; how
         many the node took.  A lone message too goes out through
-        publish_batch: publish() is ~3 us cheaper alone, but when the send
-        window looks full it refuses without first reading the
-        acknowledgments already waiting in the socket, as publish_batch
-        does, and each refusal cost the paced sender a wait for room (its
-        p50 doubled at 100 k msgs/s, docs/performance.md)."""
+        publish_batch: publish() is ~3 us cheaper per call, yet the paced
+        sender's p50 at 100 k msgs/s was worse with it in the runs tried,
+        for a reason not yet known (docs/performance.md, "The one-way
+        tail")."""
         size = self.size
         if pacer is None or not pacer.from_due:
             self.stamps[:k, 0] = time.monotonic_ns()
