@@ -16,6 +16,10 @@ cycle it measures.  It prints percentiles of
     wire    publish call -> the receiver's data plane read it (rx_time)
     app     rx_time -> the take returned it to the application
     total   publish call -> application
+    lag     due time on the sender's schedule -> publish call (how far behind
+            the sender was: a catch-up batch's messages are late by this)
+    from_due  due time -> application (lag + total: the honest one-way
+            figure when the sender falls behind -- no coordinated omission)
 
 and, for the messages over 1 ms (the tail), what each coincided with:
 
@@ -91,6 +95,7 @@ def send(args):
     size, rate, batch = 64, args.rate, 1024
     buf = np.zeros(batch * size, np.uint8)
     stamps = buf.reshape(batch, size)[:, :8].view(np.int64)
+    dues = buf.reshape(batch, size)[:, 8:16].view(np.int64)
     lens = np.full(batch, size, np.uint32)
     one = bytearray(size)
     t0 = time.monotonic_ns()
@@ -106,6 +111,7 @@ def send(args):
             continue
         if due == 1:                    # on time: this message alone, at once
             STAMP.pack_into(one, 0, time.monotonic_ns())
+            STAMP.pack_into(one, 8, t0 + int(sent * period))      # when it was due (message i: t0 + i periods)
             try:
                 node.publish(one)
                 sent += 1
@@ -114,6 +120,7 @@ def send(args):
             continue
         k = min(due, batch)             # behind: catch up in one call
         stamps[:k, 0] = time.monotonic_ns()
+        dues[:k, 0] = t0 + (np.arange(sent, sent + k) * period).astype(np.int64)
         n = node.publish_batch(buf[:k * size], lens[:k])
         sent += n
         if n < k:
@@ -226,11 +233,14 @@ def recv(args):
         return
     mv = np.frombuffer(buf, np.uint8)
     s = mv[offs[:nm, None] + np.arange(8)].copy().view(np.int64).reshape(-1)
+    d = mv[offs[:nm, None] + 8 + np.arange(8)].copy().view(np.int64).reshape(-1)
     r, a = rxs[:nm], tks[:nm]
     keep = s >= s[0] + int(0.1 * (s[-1] - s[0]))          # without the first 10 %
-    s, r, a = s[keep], r[keep], a[keep]
+    s, d, r, a = s[keep], d[keep], r[keep], a[keep]
     tot = a - s
     cols = {"wire": r - s, "app": a - r, "total": tot}
+    if d.any():         # a sender that stamps due times too (this bench's)
+        cols.update({"lag": s - d, "from_due": a - d})
     line = f"RESULT n={len(s)} per_take={nm / ntakes:.1f} " + " ".join(
         f"{k}_p50_us={np.median(v) / 1e3:.1f} {k}_p99_us={np.percentile(v, 99) / 1e3:.1f}"
         for k, v in cols.items())
