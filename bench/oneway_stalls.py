@@ -3,6 +3,8 @@
     bench/oneway_stalls.sh [MODE ...]        (runs both ends in a namespace)
     ip netns exec NS python3 bench/oneway_stalls.py recv SECONDS [--receive-mode spin] [--pin] [--take-wait]
     ip netns exec NS python3 bench/oneway_stalls.py send RATE SECONDS [--pin]
+    (either end: [--loop-cpu N] [--loop-nice N | --loop-fifo PRIO]: the node's
+    loop thread's CPU and scheduling -- the layouts docs/performance.md compares)
 
 The sender publishes one message at a time when it is due (catching up with
 a batch when it fell behind), each stamped with its publish call.  The
@@ -14,6 +16,10 @@ cycle it measures.  It prints percentiles of
     wire    publish call -> the receiver's data plane read it (rx_time)
     app     rx_time -> the take returned it to the application
     total   publish call -> application
+    lag     due time on the sender's schedule -> publish call (how far behind
+            the sender was: a catch-up batch's messages are late by this)
+    from_due  due time -> application (lag + total: the honest one-way
+            figure when the sender falls behind -- no coordinated omission)
 
 and, for the messages over 1 ms (the tail), what each coincided with:
 
@@ -26,7 +32,10 @@ and, for the messages over 1 ms (the tail), what each coincided with:
               the run, from Node.stats)
 
 and the receiving process's context switches (voluntary / involuntary, per
-thread) and a histogram of the receiver's loop gaps."""
+thread: a receiving thread that waited for the node lock or the GIL shows
+voluntary ones), the takes that waited for the node lock during the run
+(app_lock_waits; the longest wait is since the node started) and a
+histogram of the receiver's loop gaps."""
 import argparse
 import gc
 import os
@@ -65,13 +74,28 @@ def pin(args, last):
         os.sched_setaffinity(0, {cpus[-1] if last else cpus[0]})
 
 
+def loop_sched(node, args):
+    """--loop-nice / --loop-fifo: the node's loop thread's scheduling (an
+    experiment: does a loop thread that is never made to wait by a spinner
+    take the tail away?)."""
+    import threading
+    loops = [t for t in threading.enumerate() if t.name == f"rpbcast-{node.node_id}"]
+    for t in loops:
+        if getattr(args, "loop_fifo", 0):
+            os.sched_setscheduler(t.native_id, os.SCHED_FIFO, os.sched_param(args.loop_fifo))
+        elif getattr(args, "loop_nice", None) is not None:
+            os.setpriority(os.PRIO_PROCESS, t.native_id, args.loop_nice)
+
+
 def send(args):
     pin(args, last=False)
     node = Node(config(1, args))
+    loop_sched(node, args)
     time.sleep(0.5)
     size, rate, batch = 64, args.rate, 1024
     buf = np.zeros(batch * size, np.uint8)
     stamps = buf.reshape(batch, size)[:, :8].view(np.int64)
+    dues = buf.reshape(batch, size)[:, 8:16].view(np.int64)
     lens = np.full(batch, size, np.uint32)
     one = bytearray(size)
     t0 = time.monotonic_ns()
@@ -87,6 +111,7 @@ def send(args):
             continue
         if due == 1:                    # on time: this message alone, at once
             STAMP.pack_into(one, 0, time.monotonic_ns())
+            STAMP.pack_into(one, 8, t0 + int(sent * period))      # when it was due (message i: t0 + i periods)
             try:
                 node.publish(one)
                 sent += 1
@@ -95,6 +120,7 @@ def send(args):
             continue
         k = min(due, batch)             # behind: catch up in one call
         stamps[:k, 0] = time.monotonic_ns()
+        dues[:k, 0] = t0 + (np.arange(sent, sent + k) * period).astype(np.int64)
         n = node.publish_batch(buf[:k * size], lens[:k])
         sent += n
         if n < k:
@@ -147,6 +173,7 @@ def recv(args):
     node = Node(config(2, args))
     if args.loop_cpu is not None:
         pin(args, last=True)            # this thread only: the loop thread is on loop_cpu
+    loop_sched(node, args)
     ctl = _time_control(node) if args.time_control else None
     gcs = []                                     # (start, end) of the receiver's collections
     gc_t = [0]
@@ -206,11 +233,14 @@ def recv(args):
         return
     mv = np.frombuffer(buf, np.uint8)
     s = mv[offs[:nm, None] + np.arange(8)].copy().view(np.int64).reshape(-1)
+    d = mv[offs[:nm, None] + 8 + np.arange(8)].copy().view(np.int64).reshape(-1)
     r, a = rxs[:nm], tks[:nm]
     keep = s >= s[0] + int(0.1 * (s[-1] - s[0]))          # without the first 10 %
-    s, r, a = s[keep], r[keep], a[keep]
+    s, d, r, a = s[keep], d[keep], r[keep], a[keep]
     tot = a - s
     cols = {"wire": r - s, "app": a - r, "total": tot}
+    if d.any():         # a sender that stamps due times too (this bench's)
+        cols.update({"lag": s - d, "from_due": a - d})
     line = f"RESULT n={len(s)} per_take={nm / ntakes:.1f} " + " ".join(
         f"{k}_p50_us={np.median(v) / 1e3:.1f} {k}_p99_us={np.percentile(v, 99) / 1e3:.1f}"
         for k, v in cols.items())
@@ -269,9 +299,12 @@ def recv(args):
             " ".join(f"{(b - a) / 1e3:.0f}us:{w}" for a, b, w in slow[:12])), flush=True)
     print("CTXSW (voluntary/involuntary during the run) " + " ".join(cs), flush=True)
     lp0, lp1 = st0["loop"], st["loop"]
-    keys = ("iterations", "wakeups", "control_calls", "app_signals", "app_handoffs", "app_rx_dgrams", "tail_probes")
+    keys = ("iterations", "wakeups", "control_calls", "app_signals", "app_handoffs", "app_rx_dgrams", "tail_probes",
+            "app_lock_waits")
     print("LOOP (during the run) " + " ".join(f"{k}={lp1[k] - lp0[k]}" for k in keys if k in lp1)
-          + f" rx_dgrams={st['sock']['rx_dgrams'] - st0['sock']['rx_dgrams']}", flush=True)
+          + f" rx_dgrams={st['sock']['rx_dgrams'] - st0['sock']['rx_dgrams']}"
+          + f" app_lock_wait_max_us={lp1.get('app_lock_wait_max_us', -1):.0f}"
+          + f" (before the run {lp0.get('app_lock_wait_max_us', -1):.0f})", flush=True)
 
 
 def main(argv=None):
@@ -280,6 +313,7 @@ def main(argv=None):
     a = sub.add_parser("send")
     a.add_argument("rate", type=float)
     a.add_argument("seconds", type=float)
+    a.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu (the loop thread's CPU)")
     b = sub.add_parser("recv")
     b.add_argument("seconds", type=float)
     b.add_argument("--receive-mode", choices=("wait", "spin"), default=None)
@@ -287,6 +321,8 @@ def main(argv=None):
     b.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu (the loop thread's CPU)")
     for p in (a, b):
         p.add_argument("--pin", action="store_true", help="sender on the first CPU, receiver on the last")
+        p.add_argument("--loop-nice", type=int, default=None, help="the loop thread's nice value")
+        p.add_argument("--loop-fifo", type=int, default=0, help="the loop thread SCHED_FIFO at this priority")
     args = ap.parse_args(argv)
     (send if args.role == "send" else recv)(args)
 

@@ -39,8 +39,9 @@ def add_parsers(sub):
                         "while it waits (latency; burns a core each)")
     p.add_argument("--pin", action="store_true",
                    help="pin each sender process to this process's first CPU and each receiver to its last "
-                        "(their threads with them); with --receive-mode spin, the low-latency setup "
-                        "(docs/performance.md, \"One way at 100 k msgs/s\")")
+                        "(their threads with them: a receiver's loop thread beside its spinning application "
+                        "thread, the layout measured best); with --receive-mode spin, the low-latency setup "
+                        "(docs/api.md, \"The low-latency setup\")")
     p.add_argument("--key-file", default=None,
                    help="group key file: every datagram carries a MAC (docs/security.md)")
     p.add_argument("--encrypt", action="store_true",
@@ -48,6 +49,10 @@ def add_parsers(sub):
     p.add_argument("--mac-impl", choices=["auto", "ipsec-mb", "openssl"], default="auto",
                    help="with --key-file: the engine that computes the MAC (Config.mac_impl)")
     p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
+    p.add_argument("--stamp", choices=["due", "publish"], default="due",
+                   help="with --rate: what a message's latency counts from -- its due time on the "
+                        "sender's schedule (the default: a sender that fell behind shows it) or the "
+                        "publish call that sent it")
     p.add_argument("--gossip-interval", type=float, default=0.02)
     p.add_argument("--flow-control", choices=["auto", "loggers", "receivers"], default="auto",
                    help="what a sender's buffer waits for (Config.flow_control); auto: every receiver's "

@@ -207,6 +207,7 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
             "gsgc": args.gsgc, "gsgc_b": args.gsgc_b,
             "slow": args.slow_receiver if (role == "receiver" and i == plan.receivers[0]) else 0,
             "duration": args.duration, "batch": args.batch, "run_dir": plan.run_dir,
+            "stamp": getattr(args, "stamp", "due"),
             "inline": bool(args.inline) and role == "receiver",
             "faults": bool(getattr(args, "faults_named", False)),
             "run_id": plan.run_id, "trace": args.trace, "trace_cap": (1 << 22) if args.trace else 0,

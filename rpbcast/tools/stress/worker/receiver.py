@@ -23,6 +23,7 @@ BATCH = 65536
 # receiver's cycle and so of the latency it reports (docs/performance.md).
 DEFER_MESSAGES = 4096
 DEFER_NS = 2_000_000
+TRICKLE = 64                    # a take of fewer messages: a trickle (next_take)
 BUF_BYTES = 64 << 20
 BUF_RESERVE = 8 << 20           # count before a take could find less room than this
 LOST_CHECK_EVERY_NS = 50_000_000       # pbcast: are all ids delivered or given up?
@@ -53,9 +54,7 @@ def run_receiver(spec, cmds, tw_factory):
     commits = bool(spec["config"].get("flow_commit"))
     save_every = COMMIT_EVERY_NS if commits else REPORT_EVERY_NS
     while not orders.stop:
-        b = app.take()
-        if not b.count and not inline:
-            b = app.wait_take() or b
+        b = app.next_take()
         now = time.monotonic_ns()
         if b.count:
             app.hold(b, now, tally)
@@ -122,6 +121,7 @@ class _Application:
         self.n_held = 0
         self.consumed = 0
         self.t_slow = time.monotonic_ns()
+        self.trickle = False            # the last take was a few messages: wait before taking again
 
     def take(self):
         want = BATCH
@@ -138,7 +138,21 @@ class _Application:
         else:
             b = self.node.recv_batch(want, room)
         self.consumed += b.count
+        self.trickle = b.count < TRICKLE
         return b
+
+    def next_take(self):
+        """The next take.  After a take of a few messages (a trickle: a
+        paced feed) wait first -- a wait returns at once when deliveries
+        are pending -- instead of a take that finds nothing and then a
+        wait: the empty take's ~2-3 us of Python came before every message
+        (docs/performance.md, "The one-way tail").  After a larger take
+        (a stream) take again first, as before: a wait between two takes
+        of a stream hands the sockets to this thread and leaves the loop
+        thread's receive pipeline idle."""
+        if self.inline or self.slow or not self.trickle:
+            return self.take()
+        return self.wait_take() or self.take()
 
     def wait_take(self):
         """Nothing was there: wait for the node (at most 10 ms) and take

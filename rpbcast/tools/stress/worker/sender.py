@@ -4,6 +4,7 @@ it sent, then stay up serving repairs until told to stop."""
 from __future__ import annotations
 
 import queue
+import struct
 import time
 
 import numpy as np
@@ -13,6 +14,7 @@ from rpbcast.tools.stress.worker.node import (ProtocolEvents, buffers, drain_tra
                                               make_config)
 
 REPORT_EVERY_NS = 250_000_000
+_STAMP = struct.Struct("<Q")           # a message's first 8 bytes: its stamp (ns)
 FAULT_REPORT_EVERY_NS = 100_000_000    # in a run with faults (catch-up times)
 STOP_FLUSH_S = 2.0                     # at most this long for the last acknowledgments
 
@@ -40,6 +42,7 @@ def _send(spec, node, cmds, tw, events):
     batches = _Batches(size, batch, spec.get("labels", "none") == "stock", node.node_id)
     sent = 0
     t0 = time.monotonic_ns()
+    pacer = Pacer(t0, rate, spec.get("stamp", "due") == "due") if rate else None
     end = t0 + int(duration * 1e9)
     next_report = t0
     every = FAULT_REPORT_EVERY_NS if spec.get("faults") else REPORT_EVERY_NS
@@ -48,10 +51,11 @@ def _send(spec, node, cmds, tw, events):
         now = time.monotonic_ns()
         if now >= end:
             break
-        k = _due(now, t0, sent, rate, batch) if rate else batch
+        k = pacer.due(now, sent, batch) if pacer else batch
         if not k:
+            pacer.wait(now, sent)
             continue
-        n = batches.publish(node, k, sent)
+        n = batches.publish(node, k, sent, pacer)
         sent += n
         if n < k:
             blocked += 1
@@ -92,28 +96,57 @@ def _wait_for_start(cmds):
             return None
 
 
-def _due(now, t0, sent, rate, batch) -> int:
-    """How many messages the rate allows now (at most a batch); with none
-    due, sleeps until the next one is (spinning the last 50 us) and says 0."""
-    due = int((now - t0) * rate / 1e9) - sent
-    if due <= 0:
-        wait = (sent + 1) * 1e9 / rate + t0 - now
-        if wait > 100_000:
-            time.sleep((wait - 50_000) / 1e9)
-        return 0
-    return min(due, batch)
+class Pacer:
+    """The schedule of a sender paced to `rate` messages/s from t0 (ns):
+    message i (from 0) is due at t0 + (i + 1) / rate.  Each message is
+    stamped with its due time, not with when it went out: a sender that
+    fell behind (descheduled, back-pressured) sends its late messages in a
+    catch-up batch, and their latency counts from when they should have
+    left -- measured from the publish call, the wait would vanish from the
+    figures (coordinated omission)."""
+
+    SPIN_NS = 50_000            # the last stretch before a due time is spun, not slept
+
+    def __init__(self, t0: int, rate: float, from_due: bool = True):
+        self.t0 = int(t0)
+        self.rate = float(rate)
+        self.period = 1e9 / self.rate
+        self.from_due = from_due    # False (--stamp publish): stamp the publish call instead
+
+    def due_at(self, i: int) -> int:
+        """When message i is due (ns)."""
+        return self.t0 + int((i + 1) * self.period)
+
+    def due_times(self, first: int, k: int) -> np.ndarray:
+        """When messages first..first+k-1 are due (ns)."""
+        return self.t0 + ((np.arange(first, first + k) + 1) * self.period).astype(np.int64)
+
+    def due(self, now: int, sent: int, batch: int) -> int:
+        """How many messages are due at `now` beyond the `sent` first, at
+        most a batch: 1 when the sender keeps up (a lone message goes out
+        at once), more when it fell behind."""
+        return max(0, min(int((now - self.t0) * self.rate / 1e9) - sent, batch))
+
+    def wait(self, now: int, sent: int) -> None:
+        """Until message `sent` is due: sleep, spinning the last SPIN_NS (a
+        sleep overshoots by tens of microseconds)."""
+        wait = self.t0 + (sent + 1) * self.period - now
+        if wait > 2 * self.SPIN_NS:
+            time.sleep((wait - self.SPIN_NS) / 1e9)
 
 
 class _Batches:
     """The payloads of one publish_batch call: `batch` messages of `size`
-    bytes, each stamped with its send time; labelled, they carry the stock
-    workload's labels and the sender remembers each label's last seq."""
+    bytes, each stamped with its due time (paced) or its send time;
+    labelled, they carry the stock workload's labels and the sender
+    remembers each label's last seq."""
 
     def __init__(self, size, batch, labelled, seed):
         self.size = size
         self.buf = np.zeros(batch * size, np.uint8)
         self.stamps = self.buf.reshape(batch, size)[:, :8].view(np.uint64)   # send time per message
         self.lens = np.full(batch, size, np.uint32)
+        self.one = memoryview(self.buf.data).cast("B")[:size]     # the first message (its stamp: struct)
         self.labelled = labelled
         if labelled:
             from rpbcast.sim.stock import StockWorkload
@@ -121,11 +154,21 @@ class _Batches:
             self.pending = self.workload.labels(batch)
             self.latest = {}            # label -> last seq sent with it
 
-    def publish(self, node, k, sent) -> int:
-        """Publish the first k messages (seqs from `sent` on); how many the
-        node took."""
+    def publish(self, node, k, sent, pacer=None) -> int:
+        """Publish the first k messages (seqs from `sent` on), stamped with
+        their due times (`pacer`) or, unpaced, with the publish call; how
+        many the node took.  A lone message too goes out through
+        publish_batch: publish() is ~3 us cheaper per call, yet the paced
+        sender's p50 at 100 k msgs/s was worse with it in the runs tried,
+        for a reason not yet known (docs/performance.md, "The one-way
+        tail")."""
         size = self.size
-        self.stamps[:k, 0] = time.monotonic_ns()
+        if pacer is None or not pacer.from_due:
+            self.stamps[:k, 0] = time.monotonic_ns()
+        elif k == 1:
+            _STAMP.pack_into(self.one, 0, pacer.due_at(sent))
+        else:
+            self.stamps[:k, 0] = pacer.due_times(sent, k)
         if not self.labelled:
             return node.publish_batch(self.buf[:k * size], self.lens[:k])
         pending = self.pending
