@@ -381,6 +381,10 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         uint64_t old;
         rp_hmap_del(&n->pindex, peer_key(id, inc), PEER_TOMB, &old);
     }
+    /* The node itself spoke in a newer incarnation: this one is dead. */
+    for (uint32_t q = p->older; q != RP_NO_SLOT; q = n->peers[q]->older)
+        if (n->peers[q]->own_heard && n->peers[q]->inc > inc)
+            p->dead = 1;
     if (n->nfree)
         n->nfree--;
     else
