@@ -147,6 +147,19 @@ uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc) {
 static void frag_drop(rp_node_t *n, rp_peer_t *p, int all, uint64_t lo, uint64_t hi, int reason);
 
 #define PEER_TOMB 2      /* pindex tag: (id, inc) of a retired stream -> its frontier then */
+#define PEER_COUNT 3     /* pindex tag: node id -> how many streams of it are known */
+#define PEER_OWN 4       /* pindex tag: node id -> 1 + the newest incarnation heard from it */
+
+static void count_add(rp_node_t *n, uint32_t id, int d) {
+    uint64_t *c = rp_hmap_get(&n->pindex, id, PEER_COUNT), old;
+    uint64_t v = (c ? *c : 0) + (uint64_t)(int64_t)d;
+    if (v) {
+        rp_hmap_put(&n->pindex, id, PEER_COUNT, v);
+    } else if (c) {
+        rp_hmap_del(&n->pindex, id, PEER_COUNT, &old);
+        rp_hmap_del(&n->pindex, id, PEER_OWN, &old);
+    }
+}
 
 static inline uint64_t peer_key(uint32_t id, uint32_t inc) { return ((uint64_t)id << 32) | inc; }
 
@@ -214,6 +227,7 @@ static void peer_retire(rp_node_t *n, rp_peer_t *p) {
                 break;
             }
     }
+    count_add(n, p->id, -1);
     if (n->last_slot == s)
         n->last_slot = RP_NO_SLOT;
     rp_sigvec_del(&n->hbsig, s + 1);
@@ -261,16 +275,19 @@ static rp_peer_t *global_victim(rp_node_t *n) {
 
 /* Room for a new stream of id: retire one of its own at its quota, or one
  * of all at max_streams.  RP_OK, or RP_EFULL (counted). */
+static inline uint32_t slot_bound(const rp_node_t *n) {
+    return n->max_streams + (n->max_streams > RP_RETIRED_SLACK ? n->max_streams : RP_RETIRED_SLACK);
+}
+
 static int make_room(rp_node_t *n, uint32_t id) {
-    uint64_t *v = rp_hmap_get(&n->pindex, id, PEER_BY_ID);
+    uint64_t *c = rp_hmap_get(&n->pindex, id, PEER_COUNT);
     rp_peer_t *best = NULL;
-    uint32_t k = 0;
-    for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older) {
-        k++;
-        if (!peer_protected(n->peers[s]) && retire_before(n->peers[s], best))
-            best = n->peers[s];
-    }
-    if (k >= n->max_per_node) {
+    if (c && *c >= n->max_per_node) {
+        /* the chain is as long as the quota: O(quota) only at the quota */
+        uint64_t *v = rp_hmap_get(&n->pindex, id, PEER_BY_ID);
+        for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older)
+            if (!peer_protected(n->peers[s]) && retire_before(n->peers[s], best))
+                best = n->peers[s];
         if (!best) {
             n->c[RP_C_STREAMS_REFUSED_NODE]++;
             return RP_EFULL;
@@ -284,8 +301,9 @@ static int make_room(rp_node_t *n, uint32_t id) {
         peer_retire(n, best);
     }
     /* Slots of retired streams the control plane has not taken yet are not
-     * reused; they count against twice max_streams (pointers only). */
-    if (!n->nfree && n->npeers >= 2 * n->max_streams) {
+     * reused: a burst of new streams between two of its turns (a receive
+     * batch) takes up to RP_RETIRED_SLACK more (a pointer each). */
+    if (!n->nfree && n->npeers >= slot_bound(n)) {
         n->c[RP_C_STREAMS_REFUSED]++;
         return RP_EFULL;
     }
@@ -299,8 +317,8 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     if (base >= RP_SEQ_LIMIT)
         return RP_EINVAL;
     if (!n->retired) {
-        n->retired = (uint32_t *)malloc(2 * (size_t)n->max_streams * sizeof(uint32_t));
-        n->freeslots = (uint32_t *)malloc(2 * (size_t)n->max_streams * sizeof(uint32_t));
+        n->retired = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
+        n->freeslots = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
         if (!n->retired || !n->freeslots) {
             free(n->retired);
             free(n->freeslots);
@@ -382,15 +400,16 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         rp_hmap_del(&n->pindex, peer_key(id, inc), PEER_TOMB, &old);
     }
     /* The node itself spoke in a newer incarnation: this one is dead. */
-    for (uint32_t q = p->older; q != RP_NO_SLOT; q = n->peers[q]->older)
-        if (n->peers[q]->own_heard && n->peers[q]->inc > inc)
-            p->dead = 1;
+    uint64_t *own = rp_hmap_get(&n->pindex, id, PEER_OWN);
+    if (own && *own > (uint64_t)inc + 1)
+        p->dead = 1;
     if (n->nfree)
         n->nfree--;
     else
         n->npeers++;
     n->peers[p->slot] = p;
     n->nlive++;
+    count_add(n, id, 1);
     return p->slot;
 fail:
     peer_free(p);
@@ -407,6 +426,9 @@ static void own_heard(rp_node_t *n, rp_peer_t *p) {
     p->own_heard = 1;
     if (!p->dead)
         n->nprotected++;
+    uint64_t *own = rp_hmap_get(&n->pindex, p->id, PEER_OWN);
+    if (!own || *own < (uint64_t)p->inc + 1)
+        rp_hmap_put(&n->pindex, p->id, PEER_OWN, (uint64_t)p->inc + 1);
     uint64_t *v = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
     for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older) {
         rp_peer_t *q = n->peers[s];

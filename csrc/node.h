@@ -236,6 +236,9 @@ typedef struct {
 
 #define RP_MAX_STREAMS_DEFAULT 4096
 #define RP_MAX_PER_NODE_DEFAULT 8
+/* Slots at most: max_streams live ones, plus retired ones the control plane
+ * has not taken yet, at most the larger of max_streams and this. */
+#define RP_RETIRED_SLACK 4096
 /* rp_msent_t.sender of a retired stream's stored messages (msgstore.h) */
 #define RP_GONE_SLOT 0xFFFFFFFCu
 
