@@ -124,6 +124,35 @@ def test_a_member_restarting_more_often_than_max_streams_is_heard_after_every_re
         assert node.npeers <= 16 and node.nslots <= 2 * 16
 
 
+def test_a_logger_keeps_logging_and_acknowledging_restarts_beyond_its_quota(tmp_path):
+    """A logger with max_streams 16 and a quota of 4: member 1 restarts 20
+    times.  Every incarnation's messages are in the log (keyed by (id, inc):
+    a retired stream's records stay) and each incarnation is acknowledged
+    (its send buffer released), so its publisher is never held back."""
+    net = MemNet(seed=9, jitter=0.0002)
+    specs = MemNet.member_specs([1, 2, 4], loggers=[4])
+    bounds = {"max_streams": 16}
+    if hasattr(Config(), "max_streams_per_node"):
+        bounds["max_streams_per_node"] = 4
+    lg = net.add(Config(node_id=4, members=specs, role="logger", incarnation=4, gossip_interval=0.02,
+                        log_dir=str(tmp_path / "log"), **bounds))
+    net.add(Config(node_id=2, members=specs, incarnation=2, gossip_interval=0.02, **bounds))
+    incs = []
+    for r in range(20):
+        if r:
+            net.crash(1)
+        e = net.add(Config(node_id=1, members=specs, incarnation=1000 + r, gossip_interval=0.02))
+        incs.append(e.inc)
+        for k in range(10):
+            e.publish(b"L%d-%d" % (r, k), now=net.now)
+        assert net.run_until_true(lambda _: e.node.acked == 10, timeout=3), \
+            f"restart {r}: acknowledged {e.node.acked} of 10"
+    for inc in incs:
+        assert all(lg.logger.log.has(1, inc, q) for q in range(10)), f"({inc}) not all logged"
+    c = lg.counters()
+    assert c["streams_retired"] >= 20 - 4 and c["streams_refused"] == 0
+
+
 # ------------------------------------------------------------------ forgeries
 
 def test_forged_incarnations_of_a_member_do_not_stop_its_stream_its_restart_or_a_new_member(tmp_path):
