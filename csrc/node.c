@@ -427,16 +427,14 @@ static void own_heard(rp_node_t *n, rp_peer_t *p) {
     if (!p->dead)
         n->nprotected++;
     uint64_t *own = rp_hmap_get(&n->pindex, p->id, PEER_OWN);
-    if (!own || *own < (uint64_t)p->inc + 1)
+    if (own && *own > (uint64_t)p->inc + 1)
+        peer_set_dead(n, p);               /* it spoke in a newer one already (retired or not) */
+    else
         rp_hmap_put(&n->pindex, p->id, PEER_OWN, (uint64_t)p->inc + 1);
     uint64_t *v = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
-    for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older) {
-        rp_peer_t *q = n->peers[s];
-        if (q->inc < p->inc)
-            peer_set_dead(n, q);
-        else if (q->inc > p->inc && q->own_heard)
-            peer_set_dead(n, p);
-    }
+    for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older)
+        if (n->peers[s]->inc < p->inc)
+            peer_set_dead(n, n->peers[s]);
 }
 
 /* ---- helpers ----------------------------------------------------------- */

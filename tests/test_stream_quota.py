@@ -290,16 +290,21 @@ def test_a_retired_stream_that_comes_back_resumes_where_it_was():
 # ------------------------------------------------------------------ the allocator
 
 class Model:
-    """The reference: streams by (id, inc) with (own_heard, dead); a
-    creation at a bound retires a stream that is not (own_heard and not
-    dead), or is refused."""
+    """The reference: streams by (id, inc) with (own_heard, dead), and per
+    node id the newest incarnation heard from the node itself while any
+    stream of it is known.  A stream is dead once its node spoke in a newer
+    incarnation (or when told); a creation at a bound retires a stream that
+    is not (own_heard and not dead), or is refused."""
 
-    def __init__(self, cap, per):
-        self.cap, self.per = cap, per
+    def __init__(self):
         self.s = {}                       # (id, inc) -> [own_heard, dead]
+        self.own = {}                     # id -> newest incarnation heard from it
 
     def protected(self, k):
         return self.s[k][0] and not self.s[k][1]
+
+    def newer_spoke(self, node_id, inc):
+        return self.own.get(node_id, -1) > inc
 
 
 @settings(max_examples=150, deadline=None)
@@ -310,11 +315,11 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
     """Random creations, own-heard DATA, deaths and takes of retired slots:
     at most `per` streams per id and max_streams in all; a live own-heard
     stream is never retired; a retired stream is not found; the slots are
-    bounded by twice max_streams; a reused slot starts fresh (nothing
-    missing, nothing delivered or stored of the old stream)."""
+    bounded; a reused slot starts fresh (nothing missing, nothing stored of
+    the old stream); every delivery is a stream's own message."""
     cap = per + cap_extra
     n = Node(1, 100, 1, max_streams=cap, max_per_node=per, store_bytes=1 << 20, store_entries=1024)
-    m = Model(cap, per)
+    m = Model()
     buf = bytearray(1 << 16)
     senders = {}
     t = 1
@@ -323,25 +328,20 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
         k = (node_id, inc)
         before = {kk: n.find_peer(*kk) for kk in m.s}
         protected = {kk for kk in m.s if m.protected(kk)}
+        existed = k in m.s
+        slot = None
         if op == "take":
             n.take_retired()
-            continue
-        if op == "dead" and k in m.s:
-            n.set_peer_dead(n.find_peer(*k))
-            m.s[k][1] = True
-            continue
-        if op == "new":
+        elif op == "dead":
+            if existed:
+                n.set_peer_dead(n.find_peer(*k))
+                m.s[k][1] = True
+        elif op == "new":
             try:
                 slot = n.peer(node_id, inc, 0)
             except StreamLimit:
                 slot = None
-            if slot is not None and k not in m.s:
-                # dead at once if the node spoke in a newer incarnation
-                m.s[k] = [False, any(kk[0] == node_id and kk[1] > inc and v[0] for kk, v in m.s.items())]
-                info = n.peer_info(slot)
-                assert info["missing"] == 0 and info["next"] == info["base"] and info["inflight"] == 0
-                assert not n.holds(node_id, inc, info["base"])
-        if op == "own":
+        else:
             # node_id speaks in incarnation inc: one DATA in its own datagram
             s = senders.get(k)
             if s is None:
@@ -350,20 +350,29 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
             for _, d in s.datagrams():
                 n.rx(d, node_id, t)
             slot = n.find_peer(*k)
-            if slot is not None:
-                if k not in m.s:
-                    m.s[k] = [False, any(kk[0] == node_id and kk[1] > inc and v[0] for kk, v in m.s.items())]
-                m.s[k][0] = True
-                for kk in m.s:                          # the node's own word: older ones are dead
-                    if kk[0] == node_id and kk[1] < inc:
-                        m.s[kk][1] = True
-                    if kk[0] == node_id and kk[1] > inc and m.s[kk][0]:
-                        m.s[k][1] = True
-        # streams the node no longer knows were retired
+        # streams the node no longer knows were retired (never a protected one)
         for kk in list(m.s):
             if n.find_peer(*kk) is None:
                 assert kk not in protected, f"live own-heard stream {kk} retired"
                 del m.s[kk]
+        for x in list(m.own):
+            if not any(kk[0] == x for kk in m.s):
+                del m.own[x]                    # (nothing of it is known any more)
+        if slot is not None and not existed:
+            m.s[k] = [False, m.newer_spoke(node_id, inc)]
+            if op == "new":                     # a fresh tracker, nothing stored
+                info = n.peer_info(slot)
+                assert info["missing"] == 0 and info["next"] == info["base"] and info["inflight"] == 0
+                assert not n.holds(node_id, inc, info["base"])
+        if op == "own" and slot is not None:
+            m.s[k][0] = True
+            if m.newer_spoke(node_id, inc):
+                m.s[k][1] = True
+            else:
+                m.own[node_id] = inc
+            for kk in m.s:
+                if kk[0] == node_id and kk[1] < inc:
+                    m.s[kk][1] = True
         # invariants
         ids = [pid for _, pid, _ in n.peer_ids()]
         assert all(ids.count(x) <= per for x in set(ids))
@@ -373,10 +382,10 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
         for kk, s in before.items():
             if kk in m.s and s is not None:
                 assert n.find_peer(*kk) == s            # a known stream keeps its slot
-        for slot, pid, pinc in n.peer_ids():
-            assert n.peer_dead(slot) == m.s[(pid, pinc)][1]
-            assert n.peer_own_heard(slot) == m.s[(pid, pinc)][0]
-        # deliveries name live or retired streams' own messages only, never another's
+        for sl, pid, pinc in n.peer_ids():
+            assert n.peer_dead(sl) == m.s[(pid, pinc)][1], (pid, pinc)
+            assert n.peer_own_heard(sl) == m.s[(pid, pinc)][0]
+        # deliveries are each stream's own messages, never another's in its slot
         k2, snd, incs, seqs, _, _, off, ln = n.recv_batch(1000, buf, t)
         for i in range(k2):
             assert bytes(buf[off[i]:off[i] + ln[i]]) == b"%d/%d/%d" % (snd[i], incs[i], seqs[i])
