@@ -476,7 +476,7 @@ def test_on_real_sockets_restarts_and_forged_incarnations_do_not_lock_out_stream
             for i in (2, 3):
                 st = nodes[i].stats()
                 assert st["streams_refused"] == 0 and st["streams_refused_node"] == 0
-                assert st["streams_retired"] >= 18 - 4
+                assert st["streams_retired"] >= 18 + 2000 - 4, st["streams_retired"]   # (the forgeries arrived)
         finally:
             if sender is not None:
                 sender.close()
