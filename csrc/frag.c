@@ -251,6 +251,34 @@ void rp_frag_pop(rp_frag_t *f) {
     part_free(m);
 }
 
+void rp_frag_forget(rp_frag_t *f, uint32_t slot) {
+    uint32_t i = 0;
+    while (i < f->n) {
+        if (f->v[i]->slot == slot)
+            part_remove(f, i);             /* moves the last partial into i */
+        else
+            i++;
+    }
+    rp_fragpart_t **pp = &f->rhead, *last = NULL;
+    while (*pp) {
+        rp_fragpart_t *m = *pp;
+        if (m->slot == slot) {
+            *pp = m->next;
+            f->nready--;
+            f->bytes -= m->x.total;
+            part_free(m);
+        } else {
+            last = m;
+            pp = &m->next;
+        }
+    }
+    f->rtail = last;
+    uint32_t k = f->ntomb < RP_FRAG_TOMBS ? f->ntomb : RP_FRAG_TOMBS;
+    for (uint32_t t = 0; t < k; t++)
+        if (f->tomb[t][0] == slot)
+            f->tomb[t][0] = UINT64_MAX;
+}
+
 void rp_frag_undo(rp_frag_t *f, rp_fragpart_t *m, uint32_t index) {
     (void)f;
     m->bits[index >> 6] &= ~(1ull << (index & 63));

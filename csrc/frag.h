@@ -114,6 +114,12 @@ void rp_frag_undo(rp_frag_t *f, rp_fragpart_t *m, uint32_t index);
 uint32_t rp_frag_drop(rp_frag_t *f, uint32_t slot, int all, uint64_t lo, uint64_t hi, int reason,
                       uint64_t *firsts, uint32_t max);
 
+/* The slot was retired (node.h): its partials and its whole messages not
+ * yet taken are freed (not counted as drops: the stream is gone), and its
+ * drop records are cleared, so the stream that takes the slot next starts
+ * with nothing of the old one. */
+void rp_frag_forget(rp_frag_t *f, uint32_t slot);
+
 /* Count a whole message dropped elsewhere (e.g. purged from a FIFO queue). */
 RP_INLINE void rp_frag_count_drop(rp_frag_t *f, int reason) { f->dropped[reason]++; }
 

@@ -335,7 +335,7 @@ static int rx_socket(rp_loop_t *l, int k, int64_t real_minus_mono) {
         rx_into_node(l, &l->rx, now, real_minus_mono);
         /* Control bodies point into the receive buffers: hand them over
          * before the next batch reuses them. */
-        if ((n->nctl || l->every_rx) && l->control) {
+        if ((n->nctl || l->every_rx || n->nretired) && l->control) {   /* (retired: node.h) */
             l->next_timer = run_control(l, now, (n->nctl ? RP_WHY_CTL : 0) | RP_WHY_RX |
                                                 (n->nack_pending ? RP_WHY_NACK : 0));
         }

@@ -193,6 +193,37 @@ void rp_mstore_release(rp_mstore_t *s, uint64_t ticket, uint32_t holds) {
     free_tail(s);
 }
 
+static void forget_entry(rp_mstore_t *s, rp_msent_t *e, uint32_t gone) {
+    drop_gossip(s, e);
+    e->holds &= RP_MS_APP;
+    e->sender = gone;
+}
+
+void rp_mstore_forget_sender(rp_mstore_t *s, uint32_t sender, uint32_t gone) {
+    int64_t pos = ix_pos(s, sender, 0);
+    if (pos < 0)
+        return;
+    rp_seqidx_t *x = &s->ix[pos];
+    if (x->n_dropped) {
+        /* The index lost some entries at its bound: walk the store. */
+        for (uint64_t c = s->tail; c < s->head; c++) {
+            rp_msent_t *e = rp_mstore_entry(s, c);
+            if (e->sender == sender)
+                forget_entry(s, e, gone);
+        }
+        x->n_dropped = 0;
+    }
+    for (uint64_t i = 0; i <= x->mask; i++) {
+        rp_sislot_t *sl = &x->s[i];
+        if (sl->seq == UINT64_MAX)
+            continue;
+        if (ix_live(&s->ixctx[pos], sl->ticket, sl->seq))
+            forget_entry(s, rp_mstore_entry(s, sl->ticket), gone);
+        sl->seq = UINT64_MAX;
+    }
+    free_tail(s);
+}
+
 uint64_t rp_mstore_gc(rp_mstore_t *s, uint32_t min_age, uint64_t max_bytes) {
     uint64_t n = 0;
     uint64_t c = s->gc_cursor > s->tail ? s->gc_cursor : s->tail;

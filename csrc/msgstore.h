@@ -87,6 +87,13 @@ RP_INLINE uint8_t *rp_mstore_data(const rp_mstore_t *s, const rp_msent_t *e) {
 /* Ticket of (sender, seq) if stored, else -1. */
 int64_t rp_mstore_find(const rp_mstore_t *s, uint32_t sender, uint64_t seq);
 
+/* The sender slot was retired (node.h, rp_node_take_retired): each of its
+ * entries loses every hold but RP_MS_APP (the application's view stays
+ * readable) and is renamed `gone`, and its index is emptied, so nothing of
+ * it is delivered, served or found under the slot when the slot names
+ * another stream.  Costs the sender's index size, not the store's. */
+void rp_mstore_forget_sender(rp_mstore_t *s, uint32_t sender, uint32_t gone);
+
 /* Drop holds from an entry; frees space once the oldest entries are idle. */
 void rp_mstore_release(rp_mstore_t *s, uint64_t ticket, uint32_t holds);
 

@@ -12,7 +12,7 @@ const char *const rp_node_counter_names[RP_C__COUNT] = {
     "delivered", "purged", "forgotten", "served", "serve_limited", "gcnote_ids",
     "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
     "purged_buffer", "purged_notices", "catchup_queued", "catchup_again", "catchup_refused",
-    "streams_refused", "rx_stranger",
+    "streams_refused", "rx_stranger", "streams_retired", "streams_refused_node",
 };
 
 int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
@@ -30,6 +30,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
     n->max_dgram = RP_WIRE_MAX_DGRAM;
     n->max_scan = cfg->max_scan ? cfg->max_scan : 65536;
     n->max_streams = cfg->max_streams ? cfg->max_streams : RP_MAX_STREAMS_DEFAULT;
+    n->max_per_node = cfg->max_per_node ? cfg->max_per_node : RP_MAX_PER_NODE_DEFAULT;
     n->last_slot = RP_NO_SLOT;
     rp_tb_init(&n->repair_rate);
     int rc;
@@ -97,8 +98,12 @@ static void peer_free(rp_peer_t *p) {
 
 void rp_node_free(rp_node_t *n) {
     for (uint32_t i = 0; i < n->npeers; i++)
-        peer_free(n->peers[i]);
+        if (n->peers[i])
+            peer_free(n->peers[i]);
     free(n->peers);
+    free(n->retired);
+    free(n->freeslots);
+    free(n->tombs);
     if (n->srbw) {
         rp_srbw_free(n->srbw);
         free(n->srbw);
@@ -141,18 +146,194 @@ uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc) {
 
 static void frag_drop(rp_node_t *n, rp_peer_t *p, int all, uint64_t lo, uint64_t hi, int reason);
 
+#define PEER_TOMB 2      /* pindex tag: (id, inc) of a retired stream -> its frontier then */
+#define PEER_COUNT 3     /* pindex tag: node id -> how many streams of it are known */
+#define PEER_OWN 4       /* pindex tag: node id -> 1 + the newest incarnation heard from it */
+
+static void count_add(rp_node_t *n, uint32_t id, int d) {
+    uint64_t *c = rp_hmap_get(&n->pindex, id, PEER_COUNT), old;
+    uint64_t v = (c ? *c : 0) + (uint64_t)(int64_t)d;
+    if (v) {
+        rp_hmap_put(&n->pindex, id, PEER_COUNT, v);
+    } else if (c) {
+        rp_hmap_del(&n->pindex, id, PEER_COUNT, &old);
+        rp_hmap_del(&n->pindex, id, PEER_OWN, &old);
+    }
+}
+
+static inline uint64_t peer_key(uint32_t id, uint32_t inc) { return ((uint64_t)id << 32) | inc; }
+
+/* Heard from its own node and not superseded: a stream that matters. */
+static inline int peer_protected(const rp_peer_t *p) { return p->own_heard && !p->dead; }
+
+static void peer_set_dead(rp_node_t *n, rp_peer_t *p) {
+    if (p->dead)
+        return;
+    if (p->own_heard)
+        n->nprotected--;
+    p->dead = 1;
+    frag_drop(n, p, 1, 0, 0, RP_FRAG_D_DEAD);   /* its partial messages */
+}
+
+void rp_node_peer_dead(rp_node_t *n, uint32_t slot) {
+    rp_peer_t *p = rp_node_peer_at(n, slot);
+    if (p)
+        peer_set_dead(n, p);
+}
+
+/* Is a a better stream to retire than b (NULL: none yet)?  Never heard
+ * from its own node before dead, then least recently heard. */
+static inline int retire_before(const rp_peer_t *a, const rp_peer_t *b) {
+    if (!b)
+        return 1;
+    if (a->own_heard != b->own_heard)
+        return !a->own_heard;
+    return a->touched < b->touched;
+}
+
+/* Remember where a retired stream was, for max_streams retirements: if it
+ * comes back it starts there (nothing below is delivered twice). */
+static void tomb_put(rp_node_t *n, uint64_t key, uint64_t front) {
+    if (!n->tombs && !(n->tombs = (uint64_t *)malloc(n->max_streams * sizeof(uint64_t))))
+        return;
+    uint64_t *t = &n->tombs[n->ntombs++ % n->max_streams];
+    if (n->ntombs > n->max_streams) {
+        uint64_t old;
+        rp_hmap_del(&n->pindex, *t, PEER_TOMB, &old);
+    }
+    *t = key;
+    if (rp_hmap_put(&n->pindex, key, PEER_TOMB, front) < 0)
+        n->ntombs--;
+}
+
+/* Retire p: every piece of state keyed by its slot goes now; the slot waits
+ * in n->retired for the control plane (rp_node_take_retired). */
+static void peer_retire(rp_node_t *n, rp_peer_t *p) {
+    uint32_t s = p->slot;
+    uint64_t key = peer_key(p->id, p->inc), old;
+    tomb_put(n, key, rp_seqtrack_contiguous(&p->st));
+    rp_hmap_del(&n->pindex, key, 0, &old);
+    /* out of its id's chain */
+    uint64_t *head = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
+    if (head && (uint32_t)*head == s) {
+        if (p->older == RP_NO_SLOT)
+            rp_hmap_del(&n->pindex, p->id, PEER_BY_ID, &old);
+        else
+            *head = p->older;
+    } else {
+        for (uint32_t q = head ? (uint32_t)*head : RP_NO_SLOT; q != RP_NO_SLOT; q = n->peers[q]->older)
+            if (n->peers[q]->older == s) {
+                n->peers[q]->older = p->older;
+                break;
+            }
+    }
+    count_add(n, p->id, -1);
+    if (n->last_slot == s)
+        n->last_slot = RP_NO_SLOT;
+    rp_sigvec_del(&n->hbsig, s + 1);
+    rp_frag_forget(&n->frag, s);
+    rp_mstore_forget_sender(&n->store, s, RP_GONE_SLOT);
+    rp_mstore_forget_sender(&n->store, s | RP_WHOLE_BIT, RP_GONE_SLOT);
+    if (peer_protected(p))
+        n->nprotected--;                   /* (never: callers do not pick these) */
+    n->peers[s] = NULL;
+    n->nlive--;
+    peer_free(p);
+    n->retired[n->nretired++] = s;
+    n->c[RP_C_STREAMS_RETIRED]++;
+}
+
+uint32_t rp_node_take_retired(rp_node_t *n, uint32_t *out, uint32_t max) {
+    uint32_t k = n->nretired < max ? n->nretired : max;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t s = n->retired[n->nretired - 1 - i];
+        out[i] = s;
+        n->freeslots[n->nfree++] = s;
+    }
+    n->nretired -= k;
+    return k;
+}
+
+/* A stream to retire among all: the best of up to 16 candidates found
+ * from the rotating hand.  NULL when every stream is protected. */
+static rp_peer_t *global_victim(rp_node_t *n) {
+    if (n->nprotected >= n->nlive || !n->npeers)
+        return NULL;
+    rp_peer_t *best = NULL;
+    uint32_t seen = 0, i = n->hand % n->npeers;
+    for (uint32_t k = 0; k < n->npeers && seen < 16; k++, i = (i + 1 == n->npeers ? 0 : i + 1)) {
+        rp_peer_t *p = n->peers[i];
+        if (!p || peer_protected(p))
+            continue;
+        seen++;
+        if (retire_before(p, best))
+            best = p;
+    }
+    n->hand = i;
+    return best;
+}
+
+/* Room for a new stream of id: retire one of its own at its quota, or one
+ * of all at max_streams.  RP_OK, or RP_EFULL (counted). */
+static inline uint32_t slot_bound(const rp_node_t *n) {
+    return n->max_streams + (n->max_streams > RP_RETIRED_SLACK ? n->max_streams : RP_RETIRED_SLACK);
+}
+
+static int make_room(rp_node_t *n, uint32_t id) {
+    uint64_t *c = rp_hmap_get(&n->pindex, id, PEER_COUNT);
+    rp_peer_t *best = NULL;
+    if (c && *c >= n->max_per_node) {
+        /* the chain is as long as the quota: O(quota) only at the quota */
+        uint64_t *v = rp_hmap_get(&n->pindex, id, PEER_BY_ID);
+        for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older)
+            if (!peer_protected(n->peers[s]) && retire_before(n->peers[s], best))
+                best = n->peers[s];
+        if (!best) {
+            n->c[RP_C_STREAMS_REFUSED_NODE]++;
+            return RP_EFULL;
+        }
+        peer_retire(n, best);
+    } else if (n->nlive >= n->max_streams) {
+        if (!(best = global_victim(n))) {
+            n->c[RP_C_STREAMS_REFUSED]++;
+            return RP_EFULL;
+        }
+        peer_retire(n, best);
+    }
+    /* Slots of retired streams the control plane has not taken yet are not
+     * reused: a burst of new streams between two of its turns (a receive
+     * batch) takes up to RP_RETIRED_SLACK more (a pointer each). */
+    if (!n->nfree && n->npeers >= slot_bound(n)) {
+        n->c[RP_C_STREAMS_REFUSED]++;
+        return RP_EFULL;
+    }
+    return RP_OK;
+}
+
 int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     uint32_t s = rp_node_find_peer(n, id, inc);
     if (s != RP_NO_SLOT)
         return s;
     if (base >= RP_SEQ_LIMIT)
         return RP_EINVAL;
-    /* Every stream costs state; anyone can name new ones (issue 14). */
-    if (n->npeers >= n->max_streams) {
-        n->c[RP_C_STREAMS_REFUSED]++;
-        return RP_EFULL;
+    if (!n->retired) {
+        n->retired = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
+        n->freeslots = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
+        if (!n->retired || !n->freeslots) {
+            free(n->retired);
+            free(n->freeslots);
+            n->retired = n->freeslots = NULL;
+            return RP_ENOMEM;
+        }
     }
-    if (n->npeers == n->pcap) {
+    /* Every stream costs state; anyone can name new ones (issue 14). */
+    int rc = make_room(n, id);
+    if (rc)
+        return rc;
+    uint64_t *front = rp_hmap_get(&n->pindex, peer_key(id, inc), PEER_TOMB);
+    if (front && *front > base && *front < RP_SEQ_LIMIT)
+        base = *front;
+    if (!n->nfree && n->npeers == n->pcap) {
         uint32_t nc = n->pcap * 2;
         rp_peer_t **np = (rp_peer_t **)realloc(n->peers, nc * sizeof(rp_peer_t *));
         if (!np)
@@ -165,11 +346,12 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         return RP_ENOMEM;
     p->id = id;
     p->inc = inc;
-    p->slot = n->npeers;
+    p->slot = n->nfree ? n->freeslots[n->nfree - 1] : n->npeers;
     p->idle_seq = RP_NOT_IDLE;
     p->gossip_cursor = base;
     p->last_heard = INT64_MIN;
     p->older = RP_NO_SLOT;
+    p->touched = ++n->touch;
     if (rp_seqtrack_init(&p->st, base, n->max_gap, 0) || rp_iset_init(&p->lmissing, 4, 0) ||
         rp_iset_init(&p->inflight, 4, 0) || rp_iset_init(&p->lflight, 4, 0))
         goto fail;
@@ -202,7 +384,7 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
             goto fail;
         }
     }
-    if (rp_hmap_put(&n->pindex, ((uint64_t)id << 32) | inc, 0, p->slot) < 0)
+    if (rp_hmap_put(&n->pindex, peer_key(id, inc), 0, p->slot) < 0)
         goto fail;
     /* The streams of one node id form a chain, newest first (PEER_BY_ID):
      * an incarnation kills the older ones in O(incarnations), not O(streams). */
@@ -210,10 +392,24 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
     p->older = newest ? (uint32_t)*newest : RP_NO_SLOT;
     if (rp_hmap_put(&n->pindex, id, PEER_BY_ID, p->slot) < 0) {
         uint64_t old;
-        rp_hmap_del(&n->pindex, ((uint64_t)id << 32) | inc, 0, &old);
+        rp_hmap_del(&n->pindex, peer_key(id, inc), 0, &old);
         goto fail;
     }
-    n->peers[n->npeers++] = p;
+    if (front) {
+        uint64_t old;
+        rp_hmap_del(&n->pindex, peer_key(id, inc), PEER_TOMB, &old);
+    }
+    /* The node itself spoke in a newer incarnation: this one is dead. */
+    uint64_t *own = rp_hmap_get(&n->pindex, id, PEER_OWN);
+    if (own && *own > (uint64_t)inc + 1)
+        p->dead = 1;
+    if (n->nfree)
+        n->nfree--;
+    else
+        n->npeers++;
+    n->peers[p->slot] = p;
+    n->nlive++;
+    count_add(n, id, 1);
     return p->slot;
 fail:
     peer_free(p);
@@ -221,17 +417,24 @@ fail:
 }
 
 /* The node itself spoke in this incarnation (DATA or HEARTBEAT in its own
- * datagram): its older incarnations are dead from now on.  Only the node
- * itself can say so -- a stream named by a third party (a REPAIR, a
- * heartbeat list, a sponsor's vector) must not end a live one (issue 14). */
+ * datagram): its older incarnations are dead from now on -- and this one
+ * is, if a newer one spoke already.  Only the node itself can say so -- a
+ * stream named by a third party (a REPAIR, a heartbeat list, a sponsor's
+ * vector) must not end a live one (issue 14).  So at most one stream per
+ * node id is protected from retirement. */
 static void own_heard(rp_node_t *n, rp_peer_t *p) {
     p->own_heard = 1;
+    if (!p->dead)
+        n->nprotected++;
+    uint64_t *own = rp_hmap_get(&n->pindex, p->id, PEER_OWN);
+    if (own && *own > (uint64_t)p->inc + 1)
+        peer_set_dead(n, p);               /* it spoke in a newer one already (retired or not) */
+    else
+        rp_hmap_put(&n->pindex, p->id, PEER_OWN, (uint64_t)p->inc + 1);
     uint64_t *v = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
     for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT; s != RP_NO_SLOT; s = n->peers[s]->older)
-        if (n->peers[s]->inc < p->inc && !n->peers[s]->dead) {
-            n->peers[s]->dead = 1;
-            frag_drop(n, n->peers[s], 1, 0, 0, RP_FRAG_D_DEAD);   /* its partial messages */
-        }
+        if (n->peers[s]->inc < p->inc)
+            peer_set_dead(n, n->peers[s]);
 }
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -640,6 +843,7 @@ static void rx_data(rp_node_t *n, const rp_msgview_t *m, int is_repair, uint64_t
     if (RP_UNLIKELY(!p))
         return;
     p->last_heard = now;
+    p->touched = ++n->touch;
     if (RP_UNLIKELY(!is_repair && !p->own_heard))
         own_heard(n, p);
     uint64_t lo, hi;
@@ -730,6 +934,7 @@ static void rx_heartbeat(rp_node_t *n, const rp_msgview_t *m, int64_t now) {
         slot = (uint32_t)s;
     }
     n->peers[slot]->last_heard = now;
+    n->peers[slot]->touched = ++n->touch;
     if (RP_UNLIKELY(!n->peers[slot]->own_heard))
         own_heard(n, n->peers[slot]);
     if (n->tracing)
@@ -1501,7 +1706,7 @@ size_t rp_node_recv_ex(rp_node_t *n, size_t max, uint32_t *senders, uint32_t *in
     while (k < max && progress) {
         progress = 0;
         for (uint32_t i = 0; i < n->npeers && k < max; i++) {
-            rp_srbq_t *q = n->peers[i]->q;
+            rp_srbq_t *q = n->peers[i] ? n->peers[i]->q : NULL;
             uint64_t h, s;
             if (!q || !rp_srbq_peek(q, &h))
                 continue;
@@ -1538,7 +1743,7 @@ uint64_t rp_node_pending(const rp_node_t *n) {
         k += st->head - c;
     }
     for (uint32_t i = 0; i < n->npeers; i++)
-        if (n->peers[i]->q)
+        if (n->peers[i] && n->peers[i]->q)
             k += rp_srbq_pending(n->peers[i]->q);
     return k;
 }

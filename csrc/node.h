@@ -84,6 +84,8 @@ enum {
     RP_C_CATCHUP_REFUSED,  /* logger: ids not queued (queue bounds); asked again later */
     RP_C_STREAMS_REFUSED,  /* streams not created: max_streams known already (message dropped) */
     RP_C_RX_STRANGER,      /* REPAIRs of a stream never heard of, from another node: dropped */
+    RP_C_STREAMS_RETIRED,  /* streams retired to make room for a new one (rp_node_peer) */
+    RP_C_STREAMS_REFUSED_NODE, /* streams not created: the node id's quota is full of live streams */
     RP_C__COUNT
 };
 
@@ -122,6 +124,7 @@ typedef struct {
     uint8_t dead;              /* a newer incarnation of this id exists */
     uint8_t own_heard;         /* DATA or HEARTBEAT heard from the node itself */
     uint32_t older;            /* slot of the previously created stream of this id, or RP_NO_SLOT */
+    uint64_t touched;          /* n->touch when created or last heard: retirement's recency */
     uint64_t rx_new, rx_fill, rx_dup;
 } rp_peer_t;
 
@@ -153,16 +156,27 @@ typedef struct {
     size_t max_dgram;          /* largest datagram accepted */
     uint32_t max_scan;         /* ids examined per served gossip section */
     uint32_t max_streams;      /* streams (sender incarnations) known at most */
+    uint32_t max_per_node;     /* streams of one node id known at most */
     /* own stream */
     uint64_t next_seq;
     uint64_t acked;            /* every own seq < acked is logged */
     uint64_t own_stable;       /* every own seq < own_stable is stable */
     int64_t last_publish;
     rp_srbw_t *srbw;
-    /* peers */
+    /* peers: peers[slot] for slot < npeers; NULL for a retired slot */
     rp_peer_t **peers;
-    uint32_t npeers, pcap;
-    rp_hmap_t pindex;          /* (id, inc) -> slot */
+    uint32_t npeers, pcap;     /* slots in use (live, retired or free), allocated */
+    uint32_t nlive;            /* streams known (non-NULL peers) */
+    uint32_t nprotected;       /* of which own-heard and not dead: never retired */
+    uint32_t *retired;         /* slots retired since the control plane last took them */
+    uint32_t nretired;
+    uint32_t *freeslots;       /* retired slots the control plane forgot: reused first */
+    uint32_t nfree;
+    uint32_t hand;             /* where the next search for a stream to retire starts */
+    uint64_t touch;            /* recency clock of rp_peer_t.touched */
+    uint64_t *tombs;           /* (id, inc) of retired streams, oldest first (a ring of max_streams) */
+    uint64_t ntombs;
+    rp_hmap_t pindex;          /* (id, inc) -> slot; id -> newest slot; (id, inc) -> retired frontier */
     uint32_t last_slot;        /* cache for runs of one sender */
     rp_sigvec_t hbsig;         /* idle heartbeat signature; slot 0 = self */
     /* storage and output */
@@ -214,12 +228,19 @@ typedef struct {
     uint64_t srb_w;
     uint32_t max_scan;
     uint32_t max_streams;      /* 0: RP_MAX_STREAMS_DEFAULT */
+    uint32_t max_per_node;     /* 0: RP_MAX_PER_NODE_DEFAULT */
     uint8_t deliver_own, fifo, is_logger, no_deliver;
     uint64_t max_message;      /* largest payload publish takes (0: 64 MiB) */
     uint64_t reassembly_bytes; /* bound on partial large messages (0: 2 x max_message) */
 } rp_node_cfg_t;
 
 #define RP_MAX_STREAMS_DEFAULT 4096
+#define RP_MAX_PER_NODE_DEFAULT 8
+/* Slots at most: max_streams live ones, plus retired ones the control plane
+ * has not taken yet, at most the larger of max_streams and this. */
+#define RP_RETIRED_SLACK 4096
+/* rp_msent_t.sender of a retired stream's stored messages (msgstore.h) */
+#define RP_GONE_SLOT 0xFFFFFFFCu
 
 int  rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg);
 void rp_node_free(rp_node_t *n);
@@ -228,8 +249,27 @@ void rp_node_free(rp_node_t *n);
 
 /* Slot of (id, inc), or RP_NO_SLOT. */
 uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc);
-/* Find or create with the given base (first seq this node wants). */
+/* Find or create with the given base (first seq this node wants).
+ *
+ * Streams are bounded: at most max_per_node of one node id and max_streams
+ * in all.  At a bound a stream is RETIRED to make room: of the id's streams
+ * (its quota) or of all (max_streams), one never heard in its own node's
+ * datagram first, else a dead incarnation; least recently heard first
+ * (over all streams: among a sample from a rotating hand).  A live stream
+ * heard from its own node is never retired: with none to retire the new
+ * stream is refused, RP_EFULL (streams_refused_node / streams_refused).
+ * A retired stream's state goes at once (tracker, queues, stored and
+ * partial messages, heartbeat entry, index); its slot waits in `retired`
+ * until the control plane took it (rp_node_take_retired) and forgot
+ * whatever it keys by slot, and only then is reused.  A stream that comes
+ * back starts at the frontier it had when retired (remembered for the last
+ * max_streams retirements), so nothing below it is delivered twice. */
 int64_t  rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base);
+/* Slots retired since the last call, up to max into out; they become
+ * reusable now: the caller forgets them before it creates a stream. */
+uint32_t rp_node_take_retired(rp_node_t *n, uint32_t *out, uint32_t max);
+/* A newer incarnation of slot's node exists (the control plane knows). */
+void rp_node_peer_dead(rp_node_t *n, uint32_t slot);
 RP_INLINE rp_peer_t *rp_node_peer_at(rp_node_t *n, uint32_t slot) {
     return slot < n->npeers ? n->peers[slot] : NULL;
 }

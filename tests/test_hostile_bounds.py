@@ -37,8 +37,9 @@ def test_streams_of_non_members_from_a_heartbeat_list_are_refused(tmp_path):
 
 def test_streams_per_node_are_bounded_by_max_streams():
     """5,000 incarnations of a member named in heartbeat lists: a node keeps
-    at most max_streams (default 4,096) streams, counts the rest, and its
-    timers never raise."""
+    at most max_streams_per_node (default 8) streams of it, retires the rest
+    (none of them was heard from the member itself: docs/security.md,
+    "Bounds"), counts them, and its timers never raise."""
     specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3)]
     e = Engine(Config(node_id=1, members=specs, incarnation=1, gossip_interval=0.01), 0)
     entries = [(3, 1000 + k, 5) for k in range(5000)]
@@ -46,34 +47,53 @@ def test_streams_per_node_are_bounded_by_max_streams():
         d = wire.datagram([(T.HBLIST, 0, 2, 1, 0, 0, wire.hb_entries(entries[k:k + 2500]))],
                           group=1, source=2, source_inc=1)
         e.receive_datagram(d, 2, MS)
-    assert e.node.npeers == 4096
-    assert e.counters()["streams_refused"] == 5000 - 4096
+    assert len([1 for _, pid, _ in e.node.peer_ids() if pid == 3]) == 8
+    assert e.counters()["streams_retired"] == 5000 - 8
+    assert e.counters()["streams_refused"] == 0
     now = MS
     for _ in range(30):
         now += 5 * MS
         e.handle_timer(now)
         for dest, d in e.datagrams_to_send():
             wire.parse(d)
-    assert Config().max_streams == 4096
+    assert Config().max_streams == 4096 and Config().max_streams_per_node == 8
+
+
+def _speak(n, node_id, inc):
+    """node_id sends one DATA of incarnation inc to n in its own datagram."""
+    s = Node(1, node_id, inc, store_bytes=1 << 16, store_entries=64)
+    s.publish(b"x", None, 0)
+    for _, d in s.datagrams():
+        n.rx(d, node_id, 1)
 
 
 def test_max_streams_is_the_node_bound():
+    """At max_streams a stream no node spoke for itself is retired for a new
+    one; when every stream is a live one heard from its own node, the new
+    one is refused (StreamLimit, streams_refused)."""
     from rpbcast.core.node import StreamLimit
     n = Node(1, 1, 1, max_streams=3)
     for k in range(3):
-        n.peer(2, k)
+        n.peer(2 + k, 1)
+    n.peer(9, 1)                             # (2, 1) was never heard from node 2: retired
+    assert n.npeers == 3 and n.find_peer(2, 1) is None and n.counters()["streams_retired"] == 1
+    n.take_retired()
+    for k in (3, 4, 9):
+        _speak(n, k, 1)
     try:
         n.peer(2, 99)
         raise AssertionError("a fourth stream was created")
     except StreamLimit:
         pass
     assert n.npeers == 3 and n.counters()["streams_refused"] == 1
-    assert n.peer(2, 1) == 1                 # known streams are found as before
+    assert n.peer(3, 1) == n.find_peer(3, 1)     # known streams are found as before
 
 
 def _ingest_us_per_entry(n):
     specs = [MemberSpec(1, 1), MemberSpec(2, 2)]
     kw = {"max_streams": n + 16} if hasattr(Config(), "max_streams") else {}
+    if hasattr(Config(), "max_streams_per_node"):      # (n incarnations of node 2)
+        kw["max_streams_per_node"] = n + 16
     e = Engine(Config(node_id=1, members=specs, incarnation=1, **kw), 0)
     entries = [(2, 1000 + k, 5) for k in range(n)]
     dgs = [wire.datagram([(T.HBLIST, 0, 2, 1, 0, 0, wire.hb_entries(entries[k:k + 2500]))],

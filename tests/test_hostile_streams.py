@@ -17,7 +17,10 @@ def test_five_thousand_streams_from_hblists_never_raise_into_handle_timer(tmp_pa
     specs = [MemberSpec(1, 1), MemberSpec(2, 2), MemberSpec(3, 3, "logger")]
     kw = dict(role="logger", log_dir=str(tmp_path / "log")) if role == "logger" else {}
     node_id = 3 if role == "logger" else 1
-    # (max_streams above the default 4,096: the point is a node that knows 5,000)
+    # (max_streams above the default 4,096 and a quota per node above the
+    # default 8: the point is a node that knows 5,000)
+    if hasattr(Config(), "max_streams_per_node"):
+        kw["max_streams_per_node"] = 8192
     e = Engine(Config(node_id=node_id, members=specs, incarnation=1, gossip_interval=0.01, max_streams=8192,
                       **kw), 0)
     # 5,000 streams (member 2 in incarnations 1000.., each idle at seq 5; streams of

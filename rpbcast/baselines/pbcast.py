@@ -105,6 +105,13 @@ class Pbcast(ProtocolPart):
     def handlers(self):
         return {T.GOSSIP: self.on_gossip, T.RTX: self.on_rtx}
 
+    def forget_slots(self, slots):
+        """Retired streams (Engine._forget_retired)."""
+        for s in slots:
+            self._snaps.pop(s, None)
+            self._next_hist.pop(s, None)
+            self._base.pop(s, None)
+
     # ------------------------------------------------------------------ timers
     def get_timer(self):
         return self.next_round

@@ -152,6 +152,20 @@ class Srm(ProtocolPart):
     def handlers(self):
         return {T.RTX: self.on_nack, T.HBLIST: self.on_session}
 
+    def forget_slots(self, slots):
+        """Retired streams (Engine._forget_retired): their requests, repairs
+        and timers go; a slot may name another stream from now on."""
+        gone = set(slots)
+        for table in (self.req, self.rep, self.hold):
+            for key in [k for k in table if k[0] in gone]:
+                del table[key]
+        for s in gone:
+            self._keys.pop(s, None)
+        heap = [e for e in self._heap if e[3] not in gone]
+        if len(heap) != len(self._heap):
+            heapq.heapify(heap)
+            self._heap = heap
+
     def take_flushed(self):
         out, self._out = self._out, []
         return out

@@ -529,6 +529,7 @@ cdef extern from "node.h" nogil:
         uint64_t addr
         rp_srbq_t *q
         uint8_t dead
+        uint8_t own_heard
         uint64_t rx_new, rx_fill, rx_dup
     ctypedef struct rp_ctl_t:
         const uint8_t *body
@@ -579,6 +580,8 @@ cdef extern from "node.h" nogil:
         rp_srbw_t *srbw
         rp_peer_t **peers
         uint32_t npeers
+        uint32_t nlive, nprotected, nretired, nfree
+        uint32_t max_streams, max_per_node
         rp_sigvec_t hbsig
         rp_mstore_t store
         uint32_t round
@@ -603,7 +606,7 @@ cdef extern from "node.h" nogil:
     ctypedef struct rp_node_cfg_t:
         uint32_t group, id, inc, mtu
         uint64_t store_bytes, store_entries, max_gap, srb_w
-        uint32_t max_scan, max_streams
+        uint32_t max_scan, max_streams, max_per_node
         uint8_t deliver_own, fifo, is_logger, no_deliver
         uint64_t max_message, reassembly_bytes
     int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
@@ -613,6 +616,8 @@ cdef extern from "node.h" nogil:
     uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc)
     int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base)
     rp_peer_t *rp_node_peer_at(rp_node_t *n, uint32_t slot)
+    uint32_t rp_node_take_retired(rp_node_t *n, uint32_t *out, uint32_t max)
+    void rp_node_peer_dead(rp_node_t *n, uint32_t slot)
     int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t length, uint64_t src_addr, int64_t now)
     int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now)
     uint32_t rp_node_infer_idle(rp_node_t *n, int64_t now, int64_t silent_ns)

@@ -60,7 +60,9 @@ and the number of ids its GcNOTE named (None, 0: no GcNOTE), REPAIRs queued."""
 
 
 class StreamLimit(Exception):
-    """Node.peer: max_streams streams are known already; none is created."""
+    """Node.peer: no room for a new stream -- max_streams, or the node id's
+    max_per_node, are all live streams heard from their own node (nothing to
+    retire); none is created."""
 
 
 def counter_names():
@@ -81,8 +83,9 @@ cdef class Node:
                   uint64_t max_gap=1 << 32, uint64_t srb_w=0, uint32_t max_scan=65536,
                   bint deliver_own=False, bint fifo=False, bint is_logger=False,
                   bint no_deliver=False, uint32_t max_streams=0, uint64_t max_message=64 << 20,
-                  uint64_t reassembly_bytes=0):
+                  uint64_t reassembly_bytes=0, uint32_t max_per_node=0):
         cdef rp_node_cfg_t cfg
+        cfg.max_per_node = max_per_node
         cfg.max_message = max_message
         cfg.reassembly_bytes = reassembly_bytes
         cfg.group = group
@@ -505,7 +508,7 @@ cdef class Node:
         cdef int64_t s = rp_node_peer(&self.n, node_id, inc, base)
         if s < 0:
             if s == RP_EFULL:
-                raise StreamLimit(f"max_streams streams known: ({node_id}, {inc}) not created")
+                raise StreamLimit(f"no stream to retire: ({node_id}, {inc}) not created")
             raise ValueError("base out of range") if s == RP_EINVAL else MemoryError()
         return s
 
@@ -515,7 +518,38 @@ cdef class Node:
 
     @property
     def npeers(self):
+        """Streams known (live slots)."""
+        return self.n.nlive
+
+    @property
+    def nslots(self):
+        """Slots in use: every slot number is below it (some may be retired
+        or free: peer_at raises IndexError for those)."""
         return self.n.npeers
+
+    def take_retired(self):
+        """Slots retired since the last call (csrc/node.h, rp_node_peer).
+        They are reused from now on: whatever the caller keys by slot must be
+        forgotten before it creates a stream (the engine does this first
+        thing, Engine._forget_retired)."""
+        cdef uint32_t buf[256]
+        cdef uint32_t k, i
+        out = []
+        while True:
+            k = rp_node_take_retired(&self.n, buf, 256)
+            for i in range(k):
+                out.append(buf[i])
+            if k < 256:
+                return out
+
+    @property
+    def nretired(self):
+        """Retired slots not taken yet (take_retired)."""
+        return self.n.nretired
+
+    def peer_own_heard(self, uint32_t slot):
+        """True once slot's stream was heard in its own node's datagram."""
+        return bool(self.peer_at(slot).own_heard)
 
     def peer_info(self, uint32_t slot):
         cdef rp_peer_t *p = self.peer_at(slot)
@@ -532,7 +566,8 @@ cdef class Node:
     def peer_ids(self):
         """[(slot, id, inc)] of every known sender incarnation."""
         cdef uint32_t i
-        return [(i, self.n.peers[i].id, self.n.peers[i].inc) for i in range(self.n.npeers)]
+        return [(i, self.n.peers[i].id, self.n.peers[i].inc) for i in range(self.n.npeers)
+                if self.n.peers[i] != NULL]
 
     def peer_key(self, uint32_t slot):
         """(id, inc) of a peer slot."""
@@ -558,8 +593,8 @@ cdef class Node:
         return bool(p.dead)
 
     def set_peer_dead(self, uint32_t slot):
-        cdef rp_peer_t *p = self.peer_at(slot)
-        p.dead = 1
+        self.peer_at(slot)
+        rp_node_peer_dead(&self.n, slot)
 
     def mark_received(self, uint32_t slot, const uint64_t[::1] seqs not None):
         """Record seqs as received without a payload (a logger rebuilding its
@@ -584,7 +619,10 @@ cdef class Node:
         return bool(rp_seqtrack_received(&p.st, seq))
 
     def peer_missing_count(self, uint32_t slot, int phase=PHASE_ALL):
-        cdef rp_peer_t *p = self.peer_at(slot)
+        """Ids missing of slot's stream in phase; 0 for a retired slot."""
+        cdef rp_peer_t *p = rp_node_peer_at(&self.n, slot)
+        if p == NULL:
+            return 0
         if phase == PHASE_LOGGER:
             return p.lmissing.count
         if phase == PHASE_GOSSIP:
@@ -595,7 +633,8 @@ cdef class Node:
         cdef uint64_t k = 0
         cdef uint32_t i
         for i in range(self.n.npeers):
-            k += self.n.peers[i].st.missing.count
+            if self.n.peers[i] != NULL:
+                k += self.n.peers[i].st.missing.count
         return k
 
     # ---- receive ---------------------------------------------------------
@@ -924,7 +963,8 @@ cdef class Node:
     def clear_inflight(self):
         cdef uint32_t i
         for i in range(self.n.npeers):
-            rp_iset_clear(&self.n.peers[i].inflight)
+            if self.n.peers[i] != NULL:
+                rp_iset_clear(&self.n.peers[i].inflight)
 
     def to_logger_phase(self, uint32_t slot, uint64_t lo, uint64_t hi):
         return rp_node_to_logger_phase(&self.n, slot, lo, hi)
@@ -1043,7 +1083,7 @@ cdef class Node:
             out.append((self.n.id, self.n.inc, self.n.next_seq - 1))
         for i in range(self.n.npeers):
             p = self.n.peers[i]
-            if p.idle_seq != RP_NOT_IDLE:
+            if p != NULL and p.idle_seq != RP_NOT_IDLE:
                 out.append((p.id, p.inc, p.idle_seq))
         return out
 

@@ -99,6 +99,7 @@ class Engine:
         self.node = Node(cfg.group, self.id, self.inc, mtu=cfg.mtu, store_bytes=cfg.store_bytes,
                          store_entries=cfg.store_entries, max_gap=cfg.max_gap,
                          srb_w=cfg.srb_window, max_scan=cfg.max_scan, max_streams=cfg.max_streams,
+                         max_per_node=min(cfg.max_streams_per_node, cfg.max_streams),
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger,
                          max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bound)
@@ -132,6 +133,8 @@ class Engine:
         if self._parts_timer is None:
             self._parts_timer = _earliest([p.get_timer for p in self._timed_parts])
         self._parts_rx = [p.after_rx for p in parts if hasattr(p, "after_rx")]
+        # parts that key state by stream slot forget a retired one (csrc/node.h)
+        self._parts_forget = [p.forget_slots for p in parts if hasattr(p, "forget_slots")]
         self._rewire()
         for x in extensions:
             self.add_extension(x)
@@ -341,10 +344,14 @@ class Engine:
         queued (control), a gap flagged for an immediate pull (gap), a timer
         due (timer), or simply a batch received (rx; only needed when
         driver_needs.every_rx).  Returns the next timer (ns)."""
+        if self.node.nretired:
+            self._forget_retired(now)
         if control:
             self._control(now)
         if control or gap or rx:
             self._after_rx(now)
+            if self.node.nretired:
+                self._forget_retired(now)
         if timer:
             self.handle_timer(now)
         return self.get_timer()
@@ -398,6 +405,8 @@ class Engine:
 
     def handle_timer(self, now: int):
         self._now = now
+        if self.node.nretired:
+            self._forget_retired(now)
         for p in self._timed_parts:
             p.on_timer(now)
         for x in self.hooks.timed:
@@ -408,6 +417,19 @@ class Engine:
     def _after_rx(self, now):
         for after_rx in self._after_rx_calls:
             after_rx(now)
+
+    def _forget_retired(self, now):
+        """The data plane retired streams to make room for new ones
+        (csrc/node.h, rp_node_peer): every part and extension forgets what
+        it keys by their slots, now -- the slots are reused from here on, and
+        nothing of an old stream may apply to the new one in its slot."""
+        slots = self.node.take_retired()
+        if not slots:
+            return
+        for forget in self._parts_forget:
+            forget(slots)
+        for on_retired in self.hooks.on_slots_retired:
+            on_retired(slots, now)
 
     def _control(self, now):
         self._now = now
@@ -435,6 +457,8 @@ class Engine:
             except Exception as exc:
                 self.reject(HANDLER_ERROR)
                 self.last_handler_error = f"{type(exc).__name__}: {exc} (message type {msg[0]} from {msg[7]})"
+            if self.node.nretired:              # a handler named new streams
+                self._forget_retired(now)
 
     def reject(self, reason: str):
         """Count a control message dropped for `reason` (rpbcast.protocol.authority)."""

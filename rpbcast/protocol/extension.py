@@ -85,10 +85,16 @@ class Extension:
     def on_member(self, node_id: int, status: str, now: int):
         """A membership change ('joined', 'left', 'failed', ...)."""
 
+    def on_slots_retired(self, slots, now: int):
+        """The data plane retired the streams in these slots (a node id's
+        quota, or max_streams, was full: csrc/node.h).  Forget whatever is
+        kept by slot: from now on a slot may name another stream.  A stream
+        that comes back gets a new slot (find it again by (id, inc))."""
+
 
 # Hooks called for every extension that overrides them.
 _LISTED = ("on_round", "gossip_sections", "on_section", "on_message", "on_lastseen", "on_request",
-           "frontier_caps", "after_rx", "on_member")
+           "frontier_caps", "after_rx", "on_member", "on_slots_retired")
 
 
 class Hooks:

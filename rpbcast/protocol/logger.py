@@ -89,6 +89,15 @@ class LoggerRole(Extension):
         self._rtx_turn = 0
         self._snapshot_into(self.durable)     # recovered records were synced at open
 
+    def on_slots_retired(self, slots, now):
+        """Retired streams: what is kept by slot goes.  Their records stay
+        in the log (keyed by (sender, inc)); a stream that comes back gets a
+        new slot and is served and acknowledged from there."""
+        for s in slots:
+            self.durable.pop(s, None)
+            self.sent.pop(s, None)
+            self.dead_since.pop(s, None)
+
     def _recover(self, now):
         """Rebuild trackers: what is on disk counts as received.  Each
         stream starts at its oldest record (older ones were collected);

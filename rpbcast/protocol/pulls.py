@@ -66,6 +66,13 @@ class Pulls:
     def get_timer(self):
         return min(self.next_nack, self.next_retry)
 
+    def forget_slots(self, slots):
+        """Retired streams (Engine._forget_retired): nothing in flight."""
+        for s in slots:
+            self._wait.pop(s, None)
+            self._head.pop(s, None)
+            self._reask.pop(s, None)
+
     def after_rx(self, now):
         if self.node.nack_pending and self._immediate:
             due = self.last_nack + self._min_gap_ns

@@ -105,6 +105,14 @@ class Repair:
     def handlers(self):
         return {T.GOSSIP: self.on_gossip, T.GCNOTE: self.on_gcnote}
 
+    def forget_slots(self, slots):
+        """Retired streams (Engine._forget_retired): their frontier history
+        and logger waits go, and the pulls' state."""
+        for s in slots:
+            self._lwait.pop(s, None)
+            self._next_hist.pop(s, None)
+        self.pulls.forget_slots(slots)
+
     def get_timer(self):
         p = self.pulls
         return min(self.next_gossip, self.next_logger_rtx, p.next_nack, p.next_retry)
@@ -163,7 +171,7 @@ class Repair:
         if given, is how many ids of a stream may be asked (its window)."""
         node = self.node
         secs, used, nids = [], 0, 0
-        n = node.npeers
+        n = node.nslots                         # (a retired slot has nothing missing)
         if not n:
             return secs, 0
         start = self._start_slot % n if rotate else 0

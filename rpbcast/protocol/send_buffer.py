@@ -177,6 +177,14 @@ class NoHold:
         self.node = engine.node
         self.flow = FlowWindow(engine, getattr(self, "released", None))
 
+    def forget_slots(self, slots):
+        """Retired streams (Engine._forget_retired): what we reported of
+        them (HoldForReceivers keeps it by slot)."""
+        sent = getattr(self, "_sent", None)
+        if sent:
+            for s in slots:
+                sent.pop(s, None)
+
     def update_hold(self):
         self.node.hold_send = False
 

@@ -130,6 +130,13 @@ class GsgcExtension(Views, Exchange, Extension):
                 layer.arr.resize(len(self.streams), layer.n)
         return j
 
+    def on_slots_retired(self, slots, now):
+        """Retired streams: their (sender, inc) -> slot entries go (a slot
+        may name another stream now; _slot_of looks a key up again)."""
+        gone = set(slots)
+        for key in [k for k, v in self.slot.items() if v in gone]:
+            del self.slot[key]
+
     def _slot_of(self, key):
         ctx = self.ctx
         if key == (ctx.id, ctx.inc):
