@@ -231,6 +231,43 @@ def test_any_order_of_64_fresh_control_datagrams_is_accepted(tmp_path_factory, o
 
 # ---------------------------------------------------------------- on the wire
 
+
+def capture_control(sender, port, control, count=20):
+    """What `sender` (member 1) sends to `port` that holds a control message,
+    captured on lo by a packet socket while it publishes `count` messages
+    (its gossip, heartbeat lists, ... go out meanwhile): up to `count`
+    distinct datagrams, as they were on the wire."""
+    import socket
+    import struct
+    import time
+
+    cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+    try:
+        cap.bind(("lo", 0x0800))
+        cap.settimeout(0.2)
+        for k in range(count):
+            sender.publish(b"p%d" % k)
+        captured = []
+        end = time.time() + 3
+        while time.time() < end and len(captured) < count:
+            try:
+                pkt, addr = cap.recvfrom(65536)
+            except (TimeoutError, socket.timeout):
+                continue
+            if addr[2] == socket.PACKET_OUTGOING or len(pkt) < 28 or pkt[9] != 17:
+                continue
+            ihl = (pkt[0] & 15) * 4
+            dport = struct.unpack_from("!H", pkt, ihl + 2)[0]
+            d = pkt[ihl + 8:]
+            if dport != port or len(d) < 24 or struct.unpack_from("<I", d, 8)[0] != 1:
+                continue
+            if any(m[0] in control for m in wire.parse(d)[1]) and d not in captured:
+                captured.append(d)
+        return captured
+    finally:
+        cap.close()
+
+
 @pytest.mark.netns
 @pytest.mark.timeout(120)
 def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path):
@@ -240,19 +277,17 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
     member 2's port: each is refused as a replay and counted, while the
     members keep talking (fresh control datagrams still accepted)."""
     import socket
-    import struct
     import time
 
     from rpbcast.api import Node
     from rpbcast.tools import netns
-
 
     control = {t for t in T if t not in (T.PAD, T.DATA, T.REPAIR, T.HEARTBEAT)}
     with netns.namespace() as ns, netns.entered(ns):
         ports = {1: free_port(), 2: free_port()}
         gport = free_port()
         specs = [MemberSpec(i, f"127.0.0.1:{ports[i]}") for i in ports]
-        nodes, cap = {}, None
+        nodes = {}
         try:
             for i in ports:
                 nodes[i] = Node(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs,
@@ -262,27 +297,7 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
             # bound its port never reached it, and its "replay" would be the
             # first copy member 2 sees (accepted, docs/security.md)
             time.sleep(0.3)
-            cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
-            cap.bind(("lo", 0x0800))
-            cap.settimeout(0.2)
-            for k in range(20):
-                nodes[1].publish(b"p%d" % k)
-            captured = []
-            end = time.time() + 3
-            while time.time() < end and len(captured) < 20:
-                try:
-                    pkt, addr = cap.recvfrom(65536)
-                except (TimeoutError, socket.timeout):
-                    continue
-                if addr[2] == socket.PACKET_OUTGOING or len(pkt) < 28 or pkt[9] != 17:
-                    continue
-                ihl = (pkt[0] & 15) * 4
-                dport = struct.unpack_from("!H", pkt, ihl + 2)[0]
-                d = pkt[ihl + 8:]
-                if dport != ports[2] or len(d) < 24 or struct.unpack_from("<I", d, 8)[0] != 1:
-                    continue
-                if any(m[0] in control for m in wire.parse(d)[1]) and d not in captured:
-                    captured.append(d)
+            captured = capture_control(nodes[1], ports[2], control)
             assert len(captured) >= 5
             time.sleep(0.2)                       # the originals have been received
             st0 = nodes[2].stats()
@@ -297,8 +312,6 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
             assert st["replay_fresh"] > st0["replay_fresh"]     # genuine gossip still accepted
             assert st.get("rx_reasons", {}).get("auth", 0) == 0
         finally:
-            if cap is not None:
-                cap.close()
             for n in nodes.values():
                 n.close()
 
@@ -532,7 +545,6 @@ def test_control_datagrams_captured_before_a_member_restarted_are_stale_at_its_n
     "stale" and counted in Node.stats(), and member 1's fresh gossip is
     taken (before, the new run's empty window took every one once)."""
     import socket
-    import struct
 
     from rpbcast.api import Node
     from rpbcast.tools import netns
@@ -548,33 +560,11 @@ def test_control_datagrams_captured_before_a_member_restarted_are_stale_at_its_n
                                gossip_interval=0.02, group_addr=f"239.255.91.4:{gport}",
                                key_file=key_file(tmp_path)))
 
-        nodes, cap = {}, None
+        nodes = {}
         try:
             nodes = {1: start(1, 1), 2: start(2, 1)}
             time.sleep(0.3)
-            cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
-            cap.bind(("lo", 0x0800))
-            cap.settimeout(0.2)
-            for k in range(20):
-                nodes[1].publish(b"p%d" % k)
-            captured = []
-            end = time.time() + 3
-            while time.time() < end and len(captured) < 20:
-                try:
-                    pkt, addr = cap.recvfrom(65536)
-                except (TimeoutError, socket.timeout):
-                    continue
-                if addr[2] == socket.PACKET_OUTGOING or len(pkt) < 28 or pkt[9] != 17:
-                    continue
-                ihl = (pkt[0] & 15) * 4
-                dport = struct.unpack_from("!H", pkt, ihl + 2)[0]
-                d = pkt[ihl + 8:]
-                if dport != ports[2] or len(d) < 24 or struct.unpack_from("<I", d, 8)[0] != 1:
-                    continue
-                if any(m[0] in control for m in wire.parse(d)[1]) and d not in captured:
-                    captured.append(d)
-            cap.close()
-            cap = None
+            captured = capture_control(nodes[1], ports[2], control)
             assert len(captured) >= 5
             nodes.pop(2).close()
             time.sleep(5.5)                               # more than the default skew
@@ -593,7 +583,5 @@ def test_control_datagrams_captured_before_a_member_restarted_are_stale_at_its_n
             assert st["replay_fresh"] > 0                 # member 1's genuine gossip is heard
             assert st.get("rx_reasons", {}).get("replay", 0) == 0
         finally:
-            if cap is not None:
-                cap.close()
             for n in nodes.values():
                 n.close()
