@@ -44,7 +44,8 @@ class Keyed:
     def config(self, i, inc, **kw):
         kw = dict(self.bounds, **kw)
         kw.setdefault("members", self.specs)
-        return Config(node_id=i, incarnation=inc, gossip_interval=0.02, key_file=str(self.kf), **kw)
+        kw.setdefault("gossip_interval", 0.02)
+        return Config(node_id=i, incarnation=inc, key_file=str(self.kf), **kw)
 
     def publish(self, e, n, tag):
         for _ in range(n):
@@ -213,7 +214,7 @@ def test_every_engine_style_tells_the_data_plane_who_is_a_member():
     create streams in the same data plane: each tells it its members, and a
     stranger's stream lands in the pool, a member's not."""
     from rpbcast.baselines import make_engine
-    specs = MemNet.member_specs([1, 2, 3])
+    specs = MemNet.member_specs([1, 2, 3], loggers=[3])      # (LBRM needs its logger)
     for name in ("rpbcast", "pbcast", "lbrm", "srm"):
         e = make_engine(name, Config(node_id=2, members=specs, incarnation=2, protocol=name, **POOL), 0)
         node = e.node
