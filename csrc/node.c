@@ -13,6 +13,7 @@ const char *const rp_node_counter_names[RP_C__COUNT] = {
     "to_logger_ids", "ctl_queued", "hb_in", "logged", "log_errors", "served_from_log",
     "purged_buffer", "purged_notices", "catchup_queued", "catchup_again", "catchup_refused",
     "streams_refused", "rx_stranger", "streams_retired", "streams_refused_node",
+    "streams_retired_stranger", "streams_promoted",
 };
 
 int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
@@ -31,6 +32,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
     n->max_scan = cfg->max_scan ? cfg->max_scan : 65536;
     n->max_streams = cfg->max_streams ? cfg->max_streams : RP_MAX_STREAMS_DEFAULT;
     n->max_per_node = cfg->max_per_node ? cfg->max_per_node : RP_MAX_PER_NODE_DEFAULT;
+    n->max_strangers = cfg->max_strangers ? cfg->max_strangers : RP_MAX_STRANGERS_DEFAULT;
     n->last_slot = RP_NO_SLOT;
     rp_tb_init(&n->repair_rate);
     int rc;
@@ -103,7 +105,9 @@ void rp_node_free(rp_node_t *n) {
     free(n->peers);
     free(n->retired);
     free(n->freeslots);
-    free(n->tombs);
+    free(n->tombs[0]);
+    free(n->tombs[1]);
+    free(n->pool);
     if (n->srbw) {
         rp_srbw_free(n->srbw);
         free(n->srbw);
@@ -149,6 +153,7 @@ static void frag_drop(rp_node_t *n, rp_peer_t *p, int all, uint64_t lo, uint64_t
 #define PEER_TOMB 2      /* pindex tag: (id, inc) of a retired stream -> its frontier then */
 #define PEER_COUNT 3     /* pindex tag: node id -> how many streams of it are known */
 #define PEER_OWN 4       /* pindex tag: node id -> 1 + the newest incarnation heard from it */
+#define PEER_MEMBER 5    /* pindex tag: node id -> 1 while a member (rp_node_set_members) */
 
 static void count_add(rp_node_t *n, uint32_t id, int d) {
     uint64_t *c = rp_hmap_get(&n->pindex, id, PEER_COUNT), old;
@@ -163,13 +168,42 @@ static void count_add(rp_node_t *n, uint32_t id, int d) {
 
 static inline uint64_t peer_key(uint32_t id, uint32_t inc) { return ((uint64_t)id << 32) | inc; }
 
-/* Heard from its own node and not superseded: a stream that matters. */
-static inline int peer_protected(const rp_peer_t *p) { return p->own_heard && !p->dead; }
+/* A member's stream, heard from its own node and not superseded: a stream
+ * that matters.  A stranger's never is (it competes in the pool). */
+static inline int peer_protected(const rp_peer_t *p) { return p->own_heard && !p->dead && !p->stranger; }
+
+int rp_node_is_member(rp_node_t *n, uint32_t id) {
+    return !n->members_known || rp_hmap_get(&n->pindex, id, PEER_MEMBER) != NULL;
+}
+
+static int pool_add(rp_node_t *n, rp_peer_t *p) {
+    if (n->npool == n->poolcap) {
+        uint32_t nc = n->poolcap ? n->poolcap * 2 : 64;
+        uint32_t *np = (uint32_t *)realloc(n->pool, nc * sizeof(uint32_t));
+        if (!np)
+            return RP_ENOMEM;
+        n->pool = np;
+        n->poolcap = nc;
+    }
+    p->stranger = 1;
+    p->pool_ix = n->npool;
+    n->pool[n->npool++] = p->slot;
+    return RP_OK;
+}
+
+static void pool_del(rp_node_t *n, rp_peer_t *p) {
+    uint32_t last = n->pool[--n->npool];
+    if (p->pool_ix < n->npool) {
+        n->pool[p->pool_ix] = last;
+        n->peers[last]->pool_ix = p->pool_ix;
+    }
+    p->stranger = 0;
+}
 
 static void peer_set_dead(rp_node_t *n, rp_peer_t *p) {
     if (p->dead)
         return;
-    if (p->own_heard)
+    if (peer_protected(p))
         n->nprotected--;
     p->dead = 1;
     frag_drop(n, p, 1, 0, 0, RP_FRAG_D_DEAD);   /* its partial messages */
@@ -191,19 +225,22 @@ static inline int retire_before(const rp_peer_t *a, const rp_peer_t *b) {
     return a->touched < b->touched;
 }
 
-/* Remember where a retired stream was, for max_streams retirements: if it
+/* Remember where a retired stream was, for max_streams retirements of
+ * members' streams and as many of strangers' (two rings: a flood of
+ * strangers churning through the pool does not push out a member's): if it
  * comes back it starts there (nothing below is delivered twice). */
-static void tomb_put(rp_node_t *n, uint64_t key, uint64_t front) {
-    if (!n->tombs && !(n->tombs = (uint64_t *)malloc(n->max_streams * sizeof(uint64_t))))
+static void tomb_put(rp_node_t *n, uint64_t key, uint64_t front, int stranger) {
+    if (!n->tombs[stranger] &&
+        !(n->tombs[stranger] = (uint64_t *)malloc(n->max_streams * sizeof(uint64_t))))
         return;
-    uint64_t *t = &n->tombs[n->ntombs++ % n->max_streams];
-    if (n->ntombs > n->max_streams) {
+    uint64_t *t = &n->tombs[stranger][n->ntombs[stranger]++ % n->max_streams];
+    if (n->ntombs[stranger] > n->max_streams) {
         uint64_t old;
         rp_hmap_del(&n->pindex, *t, PEER_TOMB, &old);
     }
     *t = key;
     if (rp_hmap_put(&n->pindex, key, PEER_TOMB, front) < 0)
-        n->ntombs--;
+        n->ntombs[stranger]--;
 }
 
 /* Retire p: every piece of state keyed by its slot goes now; the slot waits
@@ -211,7 +248,7 @@ static void tomb_put(rp_node_t *n, uint64_t key, uint64_t front) {
 static void peer_retire(rp_node_t *n, rp_peer_t *p) {
     uint32_t s = p->slot;
     uint64_t key = peer_key(p->id, p->inc), old;
-    tomb_put(n, key, rp_seqtrack_contiguous(&p->st));
+    tomb_put(n, key, rp_seqtrack_contiguous(&p->st), p->stranger);
     rp_hmap_del(&n->pindex, key, 0, &old);
     /* out of its id's chain */
     uint64_t *head = rp_hmap_get(&n->pindex, p->id, PEER_BY_ID);
@@ -235,7 +272,11 @@ static void peer_retire(rp_node_t *n, rp_peer_t *p) {
     rp_mstore_forget_sender(&n->store, s, RP_GONE_SLOT);
     rp_mstore_forget_sender(&n->store, s | RP_WHOLE_BIT, RP_GONE_SLOT);
     if (peer_protected(p))
-        n->nprotected--;                   /* (never: callers do not pick these) */
+        n->nprotected--;                   /* (only a promotion beyond max_streams picks these) */
+    if (p->stranger) {
+        pool_del(n, p);
+        n->c[RP_C_STREAMS_RETIRED_STRANGER]++;
+    }
     n->peers[s] = NULL;
     n->nlive--;
     peer_free(p);
@@ -257,13 +298,13 @@ uint32_t rp_node_take_retired(rp_node_t *n, uint32_t *out, uint32_t max) {
 /* A stream to retire among all: the best of up to 16 candidates found
  * from the rotating hand.  NULL when every stream is protected. */
 static rp_peer_t *global_victim(rp_node_t *n) {
-    if (n->nprotected >= n->nlive || !n->npeers)
+    if (n->nprotected >= n->nlive - n->npool || !n->npeers)
         return NULL;
     rp_peer_t *best = NULL;
     uint32_t seen = 0, i = n->hand % n->npeers;
     for (uint32_t k = 0; k < n->npeers && seen < 16; k++, i = (i + 1 == n->npeers ? 0 : i + 1)) {
         rp_peer_t *p = n->peers[i];
-        if (!p || peer_protected(p))
+        if (!p || p->stranger || peer_protected(p))
             continue;
         seen++;
         if (retire_before(p, best))
@@ -273,15 +314,48 @@ static rp_peer_t *global_victim(rp_node_t *n) {
     return best;
 }
 
-/* Room for a new stream of id: retire one of its own at its quota, or one
- * of all at max_streams.  RP_OK, or RP_EFULL (counted). */
-static inline uint32_t slot_bound(const rp_node_t *n) {
-    return n->max_streams + (n->max_streams > RP_RETIRED_SLACK ? n->max_streams : RP_RETIRED_SLACK);
+/* The pool's stream to retire: the least recently heard of up to 64 from a
+ * rotating hand (all of them in a pool of 64 or fewer: exact LRU). */
+static rp_peer_t *pool_victim(rp_node_t *n) {
+    rp_peer_t *best = NULL;
+    if (!n->npool)
+        return NULL;
+    uint32_t i = n->pool_hand % n->npool;
+    for (uint32_t k = 0; k < n->npool && k < 64; k++, i = (i + 1 == n->npool ? 0 : i + 1)) {
+        rp_peer_t *p = n->peers[n->pool[i]];
+        if (!best || p->touched < best->touched)
+            best = p;
+    }
+    n->pool_hand = i;
+    return best;
 }
 
+static inline uint32_t slot_bound(const rp_node_t *n) {
+    return n->max_streams + n->max_strangers +
+           (n->max_streams > RP_RETIRED_SLACK ? n->max_streams : RP_RETIRED_SLACK);
+}
+
+static int slots_alloc(rp_node_t *n) {
+    if (n->retired)
+        return RP_OK;
+    n->retired = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
+    n->freeslots = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
+    if (!n->retired || !n->freeslots) {
+        free(n->retired);
+        free(n->freeslots);
+        n->retired = n->freeslots = NULL;
+        return RP_ENOMEM;
+    }
+    return RP_OK;
+}
+
+/* Room for a new stream of id: retire one of its own at its quota, or, for
+ * a member, one of the members' at max_streams, for a stranger the pool's
+ * least recently heard at max_strangers.  RP_OK, or RP_EFULL (counted). */
 static int make_room(rp_node_t *n, uint32_t id) {
     uint64_t *c = rp_hmap_get(&n->pindex, id, PEER_COUNT);
     rp_peer_t *best = NULL;
+    int stranger = !rp_node_is_member(n, id);
     if (c && *c >= n->max_per_node) {
         /* the chain is as long as the quota: O(quota) only at the quota */
         uint64_t *v = rp_hmap_get(&n->pindex, id, PEER_BY_ID);
@@ -293,7 +367,12 @@ static int make_room(rp_node_t *n, uint32_t id) {
             return RP_EFULL;
         }
         peer_retire(n, best);
-    } else if (n->nlive >= n->max_streams) {
+    } else if (stranger) {
+        /* Strangers compete only among themselves: no member's stream is
+         * displaced or blocked by any number of node ids (issue 14). */
+        if (n->npool >= n->max_strangers && (best = pool_victim(n)))
+            peer_retire(n, best);
+    } else if (n->nlive - n->npool >= n->max_streams) {
         if (!(best = global_victim(n))) {
             n->c[RP_C_STREAMS_REFUSED]++;
             return RP_EFULL;
@@ -316,16 +395,8 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         return s;
     if (base >= RP_SEQ_LIMIT)
         return RP_EINVAL;
-    if (!n->retired) {
-        n->retired = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
-        n->freeslots = (uint32_t *)malloc((size_t)slot_bound(n) * sizeof(uint32_t));
-        if (!n->retired || !n->freeslots) {
-            free(n->retired);
-            free(n->freeslots);
-            n->retired = n->freeslots = NULL;
-            return RP_ENOMEM;
-        }
-    }
+    if (slots_alloc(n))
+        return RP_ENOMEM;
     /* Every stream costs state; anyone can name new ones (issue 14). */
     int rc = make_room(n, id);
     if (rc)
@@ -395,6 +466,15 @@ int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base) {
         rp_hmap_del(&n->pindex, peer_key(id, inc), 0, &old);
         goto fail;
     }
+    if (!rp_node_is_member(n, id) && pool_add(n, p)) {
+        uint64_t old;
+        rp_hmap_del(&n->pindex, peer_key(id, inc), 0, &old);
+        if (p->older == RP_NO_SLOT)
+            rp_hmap_del(&n->pindex, id, PEER_BY_ID, &old);
+        else
+            rp_hmap_put(&n->pindex, id, PEER_BY_ID, p->older);
+        goto fail;
+    }
     if (front) {
         uint64_t old;
         rp_hmap_del(&n->pindex, peer_key(id, inc), PEER_TOMB, &old);
@@ -416,6 +496,49 @@ fail:
     return RP_ENOMEM;
 }
 
+/* Members and strangers (node.h): a promotion takes the id's streams out of
+ * the pool, a demotion puts them in; then the bounds are restored by the
+ * usual retirement (members: never a protected stream; the pool: least
+ * recently heard).  The id's chain is at most its quota long. */
+uint32_t rp_node_set_members(rp_node_t *n, const uint32_t *ids, const uint8_t *is_member, size_t k) {
+    uint64_t before = n->c[RP_C_STREAMS_RETIRED], old;
+    n->members_known = 1;
+    if (slots_alloc(n))
+        return 0;
+    for (size_t i = 0; i < k; i++) {
+        uint32_t id = ids[i];
+        if (is_member[i]) {
+            if (rp_hmap_put(&n->pindex, id, PEER_MEMBER, 1) < 0)
+                continue;                  /* out of memory: it stays a stranger */
+        } else {
+            rp_hmap_del(&n->pindex, id, PEER_MEMBER, &old);
+        }
+        uint64_t *v = rp_hmap_get(&n->pindex, id, PEER_BY_ID);
+        for (uint32_t s = v ? (uint32_t)*v : RP_NO_SLOT, next; s != RP_NO_SLOT; s = next) {
+            rp_peer_t *p = n->peers[s];
+            next = p->older;
+            if (is_member[i] && p->stranger) {
+                pool_del(n, p);
+                if (peer_protected(p))
+                    n->nprotected++;
+                n->c[RP_C_STREAMS_PROMOTED]++;
+            } else if (!is_member[i] && !p->stranger) {
+                int was = peer_protected(p);
+                if (pool_add(n, p))       /* out of memory: retire it rather than leave it uncounted */
+                    peer_retire(n, p);
+                else if (was)
+                    n->nprotected--;
+            }
+        }
+    }
+    rp_peer_t *p;
+    while (n->npool > n->max_strangers && (p = pool_victim(n)))
+        peer_retire(n, p);
+    while (n->nlive - n->npool > n->max_streams && (p = global_victim(n)))
+        peer_retire(n, p);
+    return (uint32_t)(n->c[RP_C_STREAMS_RETIRED] - before);
+}
+
 /* The node itself spoke in this incarnation (DATA or HEARTBEAT in its own
  * datagram): its older incarnations are dead from now on -- and this one
  * is, if a newer one spoke already.  Only the node itself can say so -- a
@@ -424,7 +547,7 @@ fail:
  * node id is protected from retirement. */
 static void own_heard(rp_node_t *n, rp_peer_t *p) {
     p->own_heard = 1;
-    if (!p->dead)
+    if (peer_protected(p))
         n->nprotected++;
     uint64_t *own = rp_hmap_get(&n->pindex, p->id, PEER_OWN);
     if (own && *own > (uint64_t)p->inc + 1)

@@ -86,6 +86,8 @@ enum {
     RP_C_RX_STRANGER,      /* REPAIRs of a stream never heard of, from another node: dropped */
     RP_C_STREAMS_RETIRED,  /* streams retired to make room for a new one (rp_node_peer) */
     RP_C_STREAMS_REFUSED_NODE, /* streams not created: the node id's quota is full of live streams */
+    RP_C_STREAMS_RETIRED_STRANGER, /* of streams_retired: non-members' streams retired (the pool) */
+    RP_C_STREAMS_PROMOTED, /* streams that left the pool: their node id became a member */
     RP_C__COUNT
 };
 
@@ -123,6 +125,8 @@ typedef struct {
     uint32_t purged_head, purged_n;
     uint8_t dead;              /* a newer incarnation of this id exists */
     uint8_t own_heard;         /* DATA or HEARTBEAT heard from the node itself */
+    uint8_t stranger;          /* its node id is not a member: it lives in the pool */
+    uint32_t pool_ix;          /* where it is in n->pool, if a stranger */
     uint32_t older;            /* slot of the previously created stream of this id, or RP_NO_SLOT */
     uint64_t touched;          /* n->touch when created or last heard: retirement's recency */
     uint64_t rx_new, rx_fill, rx_dup;
@@ -157,6 +161,8 @@ typedef struct {
     uint32_t max_scan;         /* ids examined per served gossip section */
     uint32_t max_streams;      /* streams (sender incarnations) known at most */
     uint32_t max_per_node;     /* streams of one node id known at most */
+    uint32_t max_strangers;    /* streams of non-members known at most (the pool) */
+    uint8_t members_known;     /* rp_node_set_members was called: non-members go to the pool */
     /* own stream */
     uint64_t next_seq;
     uint64_t acked;            /* every own seq < acked is logged */
@@ -167,15 +173,19 @@ typedef struct {
     rp_peer_t **peers;
     uint32_t npeers, pcap;     /* slots in use (live, retired or free), allocated */
     uint32_t nlive;            /* streams known (non-NULL peers) */
-    uint32_t nprotected;       /* of which own-heard and not dead: never retired */
+    uint32_t nprotected;       /* of which a member's, own-heard and not dead: never retired */
+    uint32_t *pool;            /* slots of strangers' streams (not counted against max_streams) */
+    uint32_t npool, poolcap, pool_hand;
     uint32_t *retired;         /* slots retired since the control plane last took them */
     uint32_t nretired;
     uint32_t *freeslots;       /* retired slots the control plane forgot: reused first */
     uint32_t nfree;
     uint32_t hand;             /* where the next search for a stream to retire starts */
     uint64_t touch;            /* recency clock of rp_peer_t.touched */
-    uint64_t *tombs;           /* (id, inc) of retired streams, oldest first (a ring of max_streams) */
-    uint64_t ntombs;
+    uint64_t *tombs[2];        /* (id, inc) of retired streams, oldest first: rings of max_streams,
+                                * [0] members', [1] strangers' (a flood of strangers cannot
+                                * push out a member's) */
+    uint64_t ntombs[2];
     rp_hmap_t pindex;          /* (id, inc) -> slot; id -> newest slot; (id, inc) -> retired frontier */
     uint32_t last_slot;        /* cache for runs of one sender */
     rp_sigvec_t hbsig;         /* idle heartbeat signature; slot 0 = self */
@@ -229,6 +239,7 @@ typedef struct {
     uint32_t max_scan;
     uint32_t max_streams;      /* 0: RP_MAX_STREAMS_DEFAULT */
     uint32_t max_per_node;     /* 0: RP_MAX_PER_NODE_DEFAULT */
+    uint32_t max_strangers;    /* 0: RP_MAX_STRANGERS_DEFAULT */
     uint8_t deliver_own, fifo, is_logger, no_deliver;
     uint64_t max_message;      /* largest payload publish takes (0: 64 MiB) */
     uint64_t reassembly_bytes; /* bound on partial large messages (0: 2 x max_message) */
@@ -236,8 +247,10 @@ typedef struct {
 
 #define RP_MAX_STREAMS_DEFAULT 4096
 #define RP_MAX_PER_NODE_DEFAULT 8
-/* Slots at most: max_streams live ones, plus retired ones the control plane
- * has not taken yet, at most the larger of max_streams and this. */
+#define RP_MAX_STRANGERS_DEFAULT 64
+/* Slots at most: max_streams live ones, max_strangers in the pool, plus
+ * retired ones the control plane has not taken yet, at most the larger of
+ * max_streams and this. */
 #define RP_RETIRED_SLACK 4096
 /* rp_msent_t.sender of a retired stream's stored messages (msgstore.h) */
 #define RP_GONE_SLOT 0xFFFFFFFCu
@@ -265,6 +278,21 @@ uint32_t rp_node_find_peer(rp_node_t *n, uint32_t id, uint32_t inc);
  * back starts at the frontier it had when retired (remembered for the last
  * max_streams retirements), so nothing below it is delivered twice. */
 int64_t  rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base);
+/* The member table, as far as streams are concerned (additive: a node never
+ * told keeps every node id a member, the behaviour before).  ids[i] is a
+ * member when is_member[i]; from the first call on, a node id not named a
+ * member is a STRANGER: its streams live in a pool of max_strangers, apart
+ * from max_streams, retired least recently heard first when a new stranger
+ * stream needs room (own-heard or not: a stranger's stream is never
+ * protected), and never retire a member's stream.  A node id that becomes
+ * a member takes its streams out of the pool (promoted: they count against
+ * max_streams from now on; a member stream beyond max_streams that can be
+ * retired is); one that stops being a member puts them back (the pool's
+ * least recently heard beyond max_strangers retired).  Retired slots wait
+ * for rp_node_take_retired as usual.  Returns streams retired. */
+uint32_t rp_node_set_members(rp_node_t *n, const uint32_t *ids, const uint8_t *is_member, size_t k);
+/* Is id a member (rp_node_set_members; every id before the first call)? */
+int rp_node_is_member(rp_node_t *n, uint32_t id);
 /* Slots retired since the last call, up to max into out; they become
  * reusable now: the caller forgets them before it creates a stream. */
 uint32_t rp_node_take_retired(rp_node_t *n, uint32_t *out, uint32_t max);

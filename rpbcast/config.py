@@ -122,6 +122,10 @@ class Config:
                                           # (streams_retired), else the new one is refused (streams_refused)
     max_streams_per_node: int = 8         # streams (incarnations) of one node id kept; the same retirement
                                           # (streams_refused_node); docs/security.md, "Bounds"
+    max_stranger_streams: int = 64        # streams of node ids that are not members (not yet, or no more)
+                                          # kept, apart from max_streams: they compete only among
+                                          # themselves, the least recently heard retired
+                                          # (streams_retired_stranger); docs/security.md, "Bounds"
     amplify_factor: float = 3.0           # replies to an address that has not proven it receives there
                                           # (not a member, no cookie echoed): at most this many times the
                                           # bytes it sent (docs/security.md, Amplification; 0 = no cap)
@@ -443,6 +447,8 @@ class Config:
         need(1 <= self.max_streams <= 1 << 24, f"max_streams must be in 1..2**24, got {self.max_streams}")
         need(2 <= self.max_streams_per_node <= 1 << 24,
              f"max_streams_per_node must be in 2..2**24, got {self.max_streams_per_node}")
+        need(1 <= self.max_stranger_streams <= 1 << 24,
+             f"max_stranger_streams must be in 1..2**24, got {self.max_stranger_streams}")
         need(self.transport in TRANSPORTS, f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         need(isinstance(self.ttl, int) and 0 <= self.ttl <= 255, f"ttl must be 0..255, got {self.ttl!r}")
         need(1 <= self.rx_batch <= 1024, f"rx_batch must be 1..1024, got {self.rx_batch}")
@@ -561,7 +567,7 @@ class Config:
 
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
-               "nack_sender_max", "max_scan", "max_streams", "max_streams_per_node", "sponsors", "ack_loggers", "srb_window", "srb_f",
+               "nack_sender_max", "max_scan", "max_streams", "max_streams_per_node", "max_stranger_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
                "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us", "busy_poll_us",
                "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
 _NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")

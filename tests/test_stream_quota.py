@@ -391,6 +391,115 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
             assert bytes(buf[off[i]:off[i] + ln[i]]) == b"%d/%d/%d" % (snd[i], incs[i], seqs[i])
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 6), st.integers(2, 4), st.integers(1, 4), st.sets(st.integers(1, 6), max_size=6),
+       st.lists(st.tuples(st.sampled_from(["new", "own", "own", "dead", "take", "join", "leave"]),
+                          st.integers(1, 6), st.integers(1, 6)), max_size=120))
+def test_the_slot_allocator_with_a_member_set_against_a_reference(cap_extra, per, pool, members0, ops):
+    """The reference model with a member set (csrc/node.h,
+    rp_node_set_members): node ids not in it are strangers.  A stranger's
+    new stream never displaces a member's stream (only strangers' are
+    retired for it, least recently heard, own-heard or not); members'
+    streams stay within max_streams and every id within its quota; the pool
+    holds at most max_stranger_streams; a join moves the id's streams out
+    of the pool (promoted), a leave into it; a member's live own-heard
+    stream is never retired but by its own node's newer one."""
+    cap = per + cap_extra
+    n = Node(1, 100, 1, max_streams=cap, max_per_node=per, max_strangers=pool, store_bytes=1 << 20,
+             store_entries=1024)
+    members = set(members0)
+    n.set_members(sorted(members), [True] * len(members))
+    m = Model()
+    buf = bytearray(1 << 16)
+    senders = {}
+    t = 1
+    for op, node_id, inc in ops:
+        t += 1
+        k = (node_id, inc)
+        protected = {kk for kk in m.s if m.protected(kk) and kk[0] in members}
+        member_streams = {kk for kk in m.s if kk[0] in members}
+        stranger_streams = {kk for kk in m.s if kk[0] not in members}
+        pool_before = n.nstrangers
+        existed = k in m.s
+        slot = None
+        if op == "take":
+            n.take_retired()
+        elif op == "dead":
+            if existed:
+                n.set_peer_dead(n.find_peer(*k))
+                m.s[k][1] = True
+        elif op in ("join", "leave"):
+            if op == "join":
+                members.add(node_id)
+            else:
+                members.discard(node_id)
+            n.set_members([node_id], [op == "join"])
+        elif op == "new":
+            try:
+                slot = n.peer(node_id, inc, 0)
+            except StreamLimit:
+                slot = None
+        else:
+            s = senders.get(k)
+            if s is None:
+                s = senders[k] = Node(1, node_id, inc, store_bytes=1 << 16, store_entries=64)
+            s.publish(b"%d/%d/%d" % (node_id, inc, s.next_seq), None, t)
+            for _, d in s.datagrams():
+                n.rx(d, node_id, t)
+            slot = n.find_peer(*k)
+        gone = {kk for kk in m.s if n.find_peer(*kk) is None}
+        for kk in gone:
+            del m.s[kk]
+        # who may have been retired by what
+        if op in ("new", "own") and node_id not in members:
+            assert not gone & member_streams, f"a stranger's stream {k} displaced members' {gone}"
+        if op in ("new", "own") and node_id in members:
+            assert not gone & stranger_streams, f"a member's stream {k} retired strangers' {gone}"
+            assert not gone & protected, f"live own-heard member stream retired: {gone & protected}"
+        if op == "join":
+            assert not gone & protected
+            assert not gone & stranger_streams - {kk for kk in stranger_streams if kk[0] == node_id}
+        if op == "leave":
+            assert gone <= stranger_streams | {kk for kk in member_streams if kk[0] == node_id}
+        if op in ("take", "dead"):
+            assert not gone
+        for x in list(m.own):
+            if not any(kk[0] == x for kk in m.s):
+                del m.own[x]
+        if slot is not None and not existed:
+            m.s[k] = [False, m.newer_spoke(node_id, inc)]
+        if op == "own" and slot is not None:
+            m.s[k][0] = True
+            if m.newer_spoke(node_id, inc):
+                m.s[k][1] = True
+            else:
+                m.own[node_id] = inc
+            for kk in m.s:
+                if kk[0] == node_id and kk[1] < inc:
+                    m.s[kk][1] = True
+        # invariants
+        ids = [pid for _, pid, _ in n.peer_ids()]
+        assert all(ids.count(x) <= per for x in set(ids))
+        assert {(pid, pinc) for _, pid, pinc in n.peer_ids()} == set(m.s)
+        in_pool = {(pid, pinc) for sl, pid, pinc in n.peer_ids() if n.peer_stranger(sl)}
+        assert in_pool == {kk for kk in m.s if kk[0] not in members}, "pool != the non-members' streams"
+        assert n.nstrangers == len(in_pool) <= pool
+        # (a promotion beyond max_streams retires members' streams that may
+        # be; a live own-heard one -- at most one per member id -- stays)
+        assert len(m.s) - len(in_pool) <= cap + len(members)
+        if op in ("new", "own") and node_id in members and len(member_streams) < cap:
+            assert len(m.s) - len(in_pool) <= cap
+        assert n.nslots <= cap + pool + max(cap, 4096)
+        if op == "join":              # promoted: out of the pool, still known
+            assert n.nstrangers == pool_before - len([kk for kk in stranger_streams if kk[0] == node_id])
+        for sl, pid, pinc in n.peer_ids():
+            assert n.peer_dead(sl) == m.s[(pid, pinc)][1], (pid, pinc)
+            assert n.peer_own_heard(sl) == m.s[(pid, pinc)][0]
+        k2, snd, incs, seqs, _, _, off, ln = n.recv_batch(1000, buf, t)
+        for i in range(k2):
+            assert bytes(buf[off[i]:off[i] + ln[i]]) == b"%d/%d/%d" % (snd[i], incs[i], seqs[i])
+
+
 # ------------------------------------------------------------------ real sockets
 
 @pytest.mark.netns

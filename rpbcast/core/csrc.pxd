@@ -530,6 +530,7 @@ cdef extern from "node.h" nogil:
         rp_srbq_t *q
         uint8_t dead
         uint8_t own_heard
+        uint8_t stranger
         uint64_t rx_new, rx_fill, rx_dup
     ctypedef struct rp_ctl_t:
         const uint8_t *body
@@ -582,6 +583,8 @@ cdef extern from "node.h" nogil:
         uint32_t npeers
         uint32_t nlive, nprotected, nretired, nfree
         uint32_t max_streams, max_per_node
+        uint32_t npool, max_strangers
+        uint8_t members_known
         rp_sigvec_t hbsig
         rp_mstore_t store
         uint32_t round
@@ -606,7 +609,7 @@ cdef extern from "node.h" nogil:
     ctypedef struct rp_node_cfg_t:
         uint32_t group, id, inc, mtu
         uint64_t store_bytes, store_entries, max_gap, srb_w
-        uint32_t max_scan, max_streams, max_per_node
+        uint32_t max_scan, max_streams, max_per_node, max_strangers
         uint8_t deliver_own, fifo, is_logger, no_deliver
         uint64_t max_message, reassembly_bytes
     int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
@@ -617,6 +620,8 @@ cdef extern from "node.h" nogil:
     int64_t rp_node_peer(rp_node_t *n, uint32_t id, uint32_t inc, uint64_t base)
     rp_peer_t *rp_node_peer_at(rp_node_t *n, uint32_t slot)
     uint32_t rp_node_take_retired(rp_node_t *n, uint32_t *out, uint32_t max)
+    uint32_t rp_node_set_members(rp_node_t *n, const uint32_t *ids, const uint8_t *is_member, size_t k)
+    int rp_node_is_member(rp_node_t *n, uint32_t id)
     void rp_node_peer_dead(rp_node_t *n, uint32_t slot)
     int rp_node_rx(rp_node_t *n, const uint8_t *buf, size_t length, uint64_t src_addr, int64_t now)
     int64_t rp_node_heartbeat(rp_node_t *n, uint32_t slot, uint64_t seq, int idle, int64_t now)

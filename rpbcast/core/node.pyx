@@ -83,9 +83,10 @@ cdef class Node:
                   uint64_t max_gap=1 << 32, uint64_t srb_w=0, uint32_t max_scan=65536,
                   bint deliver_own=False, bint fifo=False, bint is_logger=False,
                   bint no_deliver=False, uint32_t max_streams=0, uint64_t max_message=64 << 20,
-                  uint64_t reassembly_bytes=0, uint32_t max_per_node=0):
+                  uint64_t reassembly_bytes=0, uint32_t max_per_node=0, uint32_t max_strangers=0):
         cdef rp_node_cfg_t cfg
         cfg.max_per_node = max_per_node
+        cfg.max_strangers = max_strangers
         cfg.max_message = max_message
         cfg.reassembly_bytes = reassembly_bytes
         cfg.group = group
@@ -546,6 +547,33 @@ cdef class Node:
     def nretired(self):
         """Retired slots not taken yet (take_retired)."""
         return self.n.nretired
+
+    def set_members(self, ids, is_member):
+        """Tell the data plane which node ids are members (csrc/node.h,
+        rp_node_set_members): ids[i] is one when is_member[i].  From the first
+        call on, streams of other node ids live in the strangers' pool
+        (max_strangers), apart from max_streams.  Returns streams retired
+        (take_retired)."""
+        cdef Py_ssize_t k = len(ids), i
+        if len(is_member) != k:
+            raise ValueError("ids and is_member differ in length")
+        cdef uint32_t[::1] a = np.ascontiguousarray(ids, dtype=np.uint32) if k else np.zeros(1, np.uint32)
+        cdef uint8_t[::1] f = np.ascontiguousarray([1 if x else 0 for x in is_member], dtype=np.uint8) if k \
+            else np.zeros(1, np.uint8)
+        return rp_node_set_members(&self.n, &a[0], &f[0], k)
+
+    def is_member(self, uint32_t node_id):
+        """True if node_id's streams count as a member's (set_members)."""
+        return bool(rp_node_is_member(&self.n, node_id))
+
+    @property
+    def nstrangers(self):
+        """Streams of non-members known (the pool)."""
+        return self.n.npool
+
+    def peer_stranger(self, uint32_t slot):
+        """True if slot's stream is a non-member's (in the pool)."""
+        return bool(self.peer_at(slot).stranger)
 
     def peer_own_heard(self, uint32_t slot):
         """True once slot's stream was heard in its own node's datagram."""
@@ -1179,6 +1207,7 @@ cdef class Node:
         cdef int i
         d = {_COUNTER_NAMES[i]: self.n.c[i] for i in range(RP_C__COUNT)}
         d["store_bytes"] = rp_mstore_bytes_used(&self.n.store)
+        d["streams_stranger"] = self.n.npool       # non-members' streams known now (the pool)
         d["store_entries"] = rp_mstore_count(&self.n.store)
         d["gossip_buffer_bytes"] = self.n.store.gossip_bytes
         d["gossip_buffer_entries"] = self.n.store.gossip_count

@@ -100,6 +100,7 @@ class Engine:
                          store_entries=cfg.store_entries, max_gap=cfg.max_gap,
                          srb_w=cfg.srb_window, max_scan=cfg.max_scan, max_streams=cfg.max_streams,
                          max_per_node=min(cfg.max_streams_per_node, cfg.max_streams),
+                         max_strangers=cfg.max_stranger_streams,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger,
                          max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bound)
@@ -138,6 +139,13 @@ class Engine:
         self._rewire()
         for x in extensions:
             self.add_extension(x)
+        # The data plane learns the member table: streams of other node ids
+        # compete in a small pool and never displace a member's (issue 14).
+        # A group with no member list that does not join knows no members:
+        # every node id stays a member there (the behaviour before).
+        if cfg.members or cfg.join:
+            self.members.changed_ids = set(self.members.members)
+            self._sync_members(now)
 
     def _key(self, cfg: Config, counter0: int) -> Config:
         """A keyed group (docs/security.md): every datagram this node sends
@@ -348,6 +356,8 @@ class Engine:
             self._forget_retired(now)
         if control:
             self._control(now)
+            if self.members.changed_ids:
+                self._sync_members(now)
         if control or gap or rx:
             self._after_rx(now)
             if self.node.nretired:
@@ -413,6 +423,8 @@ class Engine:
             xt = x.get_timer()
             if xt is not None and now >= xt:
                 x.on_timer(now)
+        if self.members.changed_ids:
+            self._sync_members(now)
 
     def _after_rx(self, now):
         for after_rx in self._after_rx_calls:
@@ -430,6 +442,19 @@ class Engine:
             forget(slots)
         for on_retired in self.hooks.on_slots_retired:
             on_retired(slots, now)
+
+    def _sync_members(self, now):
+        """Tell the data plane which node ids changed membership since the
+        last time, in one call (csrc/node.h, rp_node_set_members): promoted
+        streams leave the strangers' pool, demoted ones enter it; streams it
+        retired to restore the bounds are forgotten at once."""
+        changed = self.members.changed_ids
+        ids = [i for i in changed if i != self.id]
+        changed.clear()
+        member = self.members.is_data_plane_member
+        self.node.set_members(ids, [member(i) for i in ids])
+        if self.node.nretired:
+            self._forget_retired(now)
 
     def _control(self, now):
         self._now = now

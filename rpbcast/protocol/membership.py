@@ -135,6 +135,10 @@ class MemberTable:
         # on_status(member): a member appeared or changed status (the engine
         # records it as a trace event)
         self.on_status = None
+        # node ids whose entry appeared or changed status or incarnation since
+        # the engine last told the data plane who is a member (None: not
+        # collected; Engine._sync_members)
+        self.changed_ids = None
 
     # -- signature ---------------------------------------------------------
     def _resign(self, m: Member):
@@ -183,6 +187,15 @@ class MemberTable:
         """Members whose acknowledgment a logger waits for (§5.2)."""
         return [m for m in self.members.values() if m.status in (MEMBER, PENDING_LEAVE, DISCONNECTED)]
 
+    def is_data_plane_member(self, node_id: int) -> bool:
+        """Do node_id's streams count as a member's in the data plane (not in
+        the strangers' pool, csrc/node.h)?  Every status but NOT_MEMBER (it
+        left, or never joined): a joiner on its way, a member leaving, a
+        disconnected one (it comes back with the same incarnation) and one
+        that failed (its entry stays) all keep theirs."""
+        m = self.members.get(node_id)
+        return m is not None and m.status != NOT_MEMBER
+
     def entries(self):
         return list(self.members.values())
 
@@ -207,8 +220,11 @@ class MemberTable:
                 m.rank = cur.rank
         self.members[m.node_id] = m
         self._resign(m)
-        if self.on_status is not None and (cur is None or cur.status != m.status or cur.inc != m.inc):
-            self.on_status(m)
+        if cur is None or cur.status != m.status or cur.inc != m.inc:
+            if self.changed_ids is not None:
+                self.changed_ids.add(m.node_id)
+            if self.on_status is not None:
+                self.on_status(m)
         return True
 
     def set_status(self, node_id: int, status: int):
@@ -216,6 +232,8 @@ class MemberTable:
         if m is not None and m.status != status:
             m.status = status
             self._resign(m)
+            if self.changed_ids is not None:
+                self.changed_ids.add(node_id)
             if self.on_status is not None:
                 self.on_status(m)
 
