@@ -715,16 +715,31 @@ void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx) {
 
 uint64_t rp_loop_take_count(const rp_loop_t *l) { return l->n_takes; }
 
+void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns) {
+    l->win_spin_ns = spin_ns > 0 ? spin_ns : 0;
+}
+
+void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps) {
+    *spun = l->n_win_spun;
+    *sleeps = __atomic_load_n(&l->n_win_sleeps, __ATOMIC_RELAXED);
+}
+
 /* The publisher's wait for room (loop.h).  Like rp_loop_app_wait it reads
  * only the sockets ppoll said are readable, hands control messages to the
  * loop thread (and then leaves the sockets to it until it ran them), and
  * while it waits the loop thread does not watch the sockets (app_waiting:
- * one thread woken per datagram, not two contending for mu). */
+ * one thread woken per datagram, not two contending for mu).  For the first
+ * win_spin_ns of the wait it polls them (and the window's eventfd) with a
+ * zero timeout, without the node lock, instead of sleeping: a publisher on
+ * a core of its own then turns the window without a sleep and a wake-up
+ * (an acknowledgment every 1,024 messages at 6 M msgs/s: every 170 us). */
 uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
-    int64_t deadline = timeout_ns < 0 ? INT64_MAX : rp_now_ns() + timeout_ns;
+    int64_t t0 = rp_now_ns();
+    int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
+    int64_t spin_end = l->win_spin_ns ? t0 + l->win_spin_ns : 0;
     own = own && l->app_rx;
     uint64_t room = 0;
-    int mask = 0, counted = 0;
+    int mask = 0, counted = 0, slept = 0;
     if (own)
         __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     for (;;) {
@@ -739,6 +754,8 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
                 l->n_win_waits++;
             if (!l->win.waiting)
                 rp_sendwin_closed(&l->win);     /* arm: the control plane's reopening signals */
+        } else if (counted && !slept && spin_end) {
+            l->n_win_spun++;
         }
         int ctl = l->ctl_pending;
         pthread_mutex_unlock(&l->mu);
@@ -753,7 +770,20 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
         /* with control messages pending the loop thread reads the sockets
          * after it ran them: look again soon */
         int64_t until = ctl && now + 200000 < deadline ? now + 200000 : deadline;
-        int r = ppoll_until(p, np, now, until);
+        int r;
+        if (now < spin_end) {
+            struct timespec zero = {0, 0};
+            int64_t stop = until < spin_end ? until : spin_end;
+            for (;;) {
+                r = ppoll(p, (nfds_t)np, &zero, NULL);
+                if (r != 0 || l->closing || rp_now_ns() >= stop)
+                    break;
+            }
+        } else {
+            slept = 1;
+            __atomic_add_fetch(&l->n_win_sleeps, 1, __ATOMIC_RELAXED);
+            r = ppoll_until(p, np, now, until);
+        }
         if (r < 0 && errno == EINTR)
             break;      /* a signal: back to Python, which runs its handler */
         mask = ready_mask(p, np, r, sock_of);

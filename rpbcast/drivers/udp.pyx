@@ -118,6 +118,8 @@ cdef extern from "loop.h" nogil:
     void rp_loop_after_take(rp_loop_t *l)
     uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own)
     void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx)
+    void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns)
+    void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps)
     uint64_t rp_loop_take_count(const rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
@@ -600,6 +602,12 @@ cdef class Transport:
             room = rp_loop_wait_room(&self.loop, t, own)
         return room > 0
 
+    def set_publish_spin(self, double seconds):
+        """Config.publish_spin_us: wait_writable polls the sockets and the
+        window's eventfd this long (without the GIL or the node lock) before
+        it sleeps; 0: it sleeps at once."""
+        rp_loop_set_publish_spin(&self.loop, <int64_t>(seconds * 1e9) if seconds > 0 else 0)
+
     def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, uint32_t[::1] streams=None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
         rx_times, offs, lens); payloads land back to back in buf, stream ids
@@ -760,9 +768,10 @@ cdef class Transport:
             "rcvbuf": self.mrx.rcvbuf if self.have_mrx else self.uc.rcvbuf, "sndbuf": self.uc.sndbuf,
             "timestamps": bool(self.uc.timestamps or (self.have_mrx and self.mrx.timestamps)),
         }
-        cdef uint64_t ctl_ns, ctl_max, win_waits, win_rx
+        cdef uint64_t ctl_ns, ctl_max, win_waits, win_rx, win_spun, win_sleeps
         rp_loop_control_time(&self.loop, &ctl_ns, &ctl_max)
         rp_loop_window_counts(&self.loop, &win_waits, &win_rx)
+        rp_loop_window_spin_counts(&self.loop, &win_spun, &win_sleeps)
         d["loop"] = {"iterations": self.loop.n_iter, "wakeups": self.loop.n_wakeups,
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,
                      "dropped_in_process": self.loop.n_dropped, "errors": self.errors,
@@ -771,6 +780,9 @@ cdef class Transport:
                      # waits for room that found the windows closed, and socket reads
                      # by the publisher itself that found acknowledgments
                      "window_waits": win_waits, "window_rx": win_rx,
+                     # of those waits, the ones that found room while spinning
+                     # (Config.publish_spin_us), and the sleeps of all of them
+                     "window_spun": win_spun, "window_sleeps": win_sleeps,
                      # application takes that took something (delivered / takes:
                      # the receiver's messages per take)
                      "takes": rp_loop_take_count(&self.loop),
