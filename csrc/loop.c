@@ -180,8 +180,22 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
         away = 0;       /* it received after `now` was read */
     int64_t owned_for = 10 * l->blind_max_ns;
     int owned = l->app_owns_rx && !l->app_busy && l->app_waiting == 0 && away < owned_for;
-    int blind = l->app_rx && (l->app_waiting > 0 || owned);
-    int64_t due = blind ? INT64_MAX : probe_due(l);   /* blind: the waiting application probes */
+    /* Config.publish_spin_us: a publisher that spins on the window reads its
+     * acknowledgments itself, in its waits and in each short publish
+     * (room_after_acks).  A loop that watched the sockets between its waits
+     * was woken per FLOWACK, and one blind for blind_max_ns per 1 ms of a
+     * wait, on the core the publisher spins on: each wake-up preempted it
+     * (as many involuntary switches of the publisher as loop wake-ups).  So
+     * the sockets stay the publisher's for 10 x blind_max_ns after it last
+     * waited for room or read them; the loop still runs its timers and the
+     * control messages the publisher hands it (a wake-up). */
+    int64_t pub_away = now - l->win_seen_ns;
+    if (pub_away < 0)
+        pub_away = 0;
+    int pub_owned = l->win_spin_ns && (l->app_waiting > 0 || pub_away < owned_for);
+    int blind = l->app_rx && (l->app_waiting > 0 || owned || pub_owned);
+    /* blind: a waiting receiver probes; a publisher's sockets do not stop the probe */
+    int64_t due = blind && !pub_owned ? INT64_MAX : probe_due(l);
     int64_t wait = (due < l->next_timer ? due : l->next_timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
@@ -193,6 +207,8 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t blind_max = l->app_spinning ? 10 * l->blind_max_ns : l->blind_max_ns;
     if (owned)
         blind_max = owned_for - away;           /* look again when that time is up */
+    if (pub_owned)
+        blind_max = l->app_waiting > 0 ? owned_for : owned_for - pub_away;
     if (blind && wait > blind_max)
         wait = blind_max;
     if (wait < 0)
@@ -438,9 +454,11 @@ static int publisher_rx(rp_loop_t *l, int mask) {
  * receivers), and a refusal costs the publisher a wait. */
 static uint64_t room_after_acks(rp_loop_t *l) {
     uint64_t room = rp_sendwin_room(&l->win, l->node);
-    if (l->app_rx && !l->ctl_pending && !l->closing && l->node->flowack && l->socks[1] &&
-        publisher_rx(l, 1 << 1))
-        room = rp_sendwin_room(&l->win, l->node);
+    if (l->app_rx && !l->ctl_pending && !l->closing && l->node->flowack && l->socks[1]) {
+        if (publisher_rx(l, 1 << 1))
+            room = rp_sendwin_room(&l->win, l->node);
+        l->win_seen_ns = rp_now_ns();   /* the publisher reads its sockets (wait_input) */
+    }
     return room;
 }
 
@@ -789,8 +807,11 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
         mask = ready_mask(p, np, r, sock_of);
     }
     /* (the loop thread, blind meanwhile, looks at the sockets again within
-     * blind_max_ns; not woken here: a wake-up per window turn is the hop
-     * this wait saves, and the next short publish reads the acks itself) */
+     * blind_max_ns -- 10 x that with publish_spin_us; not woken here: a
+     * wake-up per window turn is the hop this wait saves, and the next short
+     * publish reads the acks itself) */
+    if (own)
+        l->win_seen_ns = rp_now_ns();   /* (before app_waiting drops: wait_input reads both) */
     if (own)
         __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     return room;
