@@ -194,8 +194,10 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
         pub_away = 0;
     int pub_owned = l->win_spin_ns && (l->app_waiting > 0 || pub_away < owned_for);
     int blind = l->app_rx && (l->app_waiting > 0 || owned || pub_owned);
-    /* blind: a waiting receiver probes; a publisher's sockets do not stop the probe */
-    int64_t due = blind && !pub_owned ? INT64_MAX : probe_due(l);
+    /* blind: a waiting receiver probes, a publisher waiting for room has
+     * acknowledgments coming; a publisher between its waits is no reason
+     * to hold the tail probe back */
+    int64_t due = blind && (!pub_owned || l->app_waiting > 0) ? INT64_MAX : probe_due(l);
     int64_t wait = (due < l->next_timer ? due : l->next_timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
