@@ -192,7 +192,7 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t pub_away = now - l->win_seen_ns;
     if (pub_away < 0)
         pub_away = 0;
-    int pub_owned = l->win_spin_ns && (l->app_waiting > 0 || pub_away < owned_for);
+    int pub_owned = l->win_park && (l->app_waiting > 0 || pub_away < owned_for);
     int blind = l->app_rx && (l->app_waiting > 0 || owned || pub_owned);
     /* blind: a waiting receiver probes, a publisher waiting for room has
      * acknowledgments coming; a publisher between its waits is no reason
@@ -735,8 +735,9 @@ void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx) {
 
 uint64_t rp_loop_take_count(const rp_loop_t *l) { return l->n_takes; }
 
-void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns) {
+void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park) {
     l->win_spin_ns = spin_ns > 0 ? spin_ns : 0;
+    l->win_park = l->win_spin_ns && park;
 }
 
 void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps) {

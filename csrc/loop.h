@@ -66,6 +66,8 @@ typedef struct {
                               * acknowledgments read by itself, not the loop thread) */
     int64_t win_spin_ns;     /* Config.publish_spin_us: a waiting publisher polls
                               * this long before it sleeps (0: sleeps at once) */
+    int win_park;            /* ... and the loop thread (there is one) leaves the
+                              * sockets to it between its waits (wait_input) */
     uint64_t n_win_spun;     /* waits for room that ended while spinning (no sleep) */
     volatile int64_t win_seen_ns; /* when the publisher last waited for room or read its
                                    * sockets on a short publish: with win_spin_ns the
@@ -223,9 +225,12 @@ void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx);
  * first polls the sockets and the window's eventfd without blocking for up
  * to spin_ns, then sleeps -- a publisher with a core of its own sees the
  * acknowledgment that reopens the window without a sleep and a wake-up per
- * window turn.  Its counters: waits that ended while spinning, and the
- * sleeps of all waits. */
-void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns);
+ * window turn.  park (only with a loop thread: a node driven by
+ * rp_loop_once alone must watch its sockets when it waits): the loop
+ * leaves the sockets to the publisher for 10 x blind_max_ns after it last
+ * waited for room or read them.  Its counters: waits that ended while
+ * spinning, and the sleeps of all waits. */
+void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park);
 void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps);
 /* Application takes that took something (what a window turn costs the
  * receiver: messages per take). */

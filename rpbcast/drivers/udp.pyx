@@ -118,7 +118,7 @@ cdef extern from "loop.h" nogil:
     void rp_loop_after_take(rp_loop_t *l)
     uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own)
     void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx)
-    void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns)
+    void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park)
     void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps)
     uint64_t rp_loop_take_count(const rp_loop_t *l)
 
@@ -175,6 +175,7 @@ cdef class Transport:
     cdef object _raw_rng
     cdef object _hb                     # the engine's heartbeats, when the loop sends the tail probe
     cdef readonly int busy_poll_us      # SO_BUSY_POLL as the kernel holds it (0: off)
+    cdef readonly double publish_spin   # Config.publish_spin_us, in seconds
 
     def __cinit__(self):
         self.mrx.fd = -1
@@ -330,6 +331,7 @@ cdef class Transport:
         self.thread = threading.Thread(target=self._run, args=(cpu,), name=f"rpbcast-{self.engine.id}",
                                        daemon=True)
         self.thread.start()
+        self.set_publish_spin(self.publish_spin)    # (the loop thread may now park)
 
     def _run(self, cpu=None):
         if cpu is not None:
@@ -365,6 +367,7 @@ cdef class Transport:
             self.thread.join()
             self.thread = None
         self.loop.stop = 0
+        self.set_publish_spin(self.publish_spin)    # no loop thread: nobody parks
 
     def close(self):
         if self.loop_ok:
@@ -605,8 +608,12 @@ cdef class Transport:
     def set_publish_spin(self, double seconds):
         """Config.publish_spin_us: wait_writable polls the sockets and the
         window's eventfd this long (without the GIL or the node lock) before
-        it sleeps; 0: it sleeps at once."""
-        rp_loop_set_publish_spin(&self.loop, <int64_t>(seconds * 1e9) if seconds > 0 else 0)
+        it sleeps; 0: it sleeps at once.  With a loop thread, that thread
+        leaves the sockets to the publisher between its waits (loop.h)."""
+        self.publish_spin = seconds if seconds > 0 else 0.0
+        if self.loop_ok:
+            rp_loop_set_publish_spin(&self.loop, <int64_t>(self.publish_spin * 1e9), self.thread is not None)
+            rp_loop_wake(&self.loop)        # re-enter its wait with the new rule
 
     def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, uint32_t[::1] streams=None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
