@@ -204,3 +204,40 @@ def test_a_windowed_stress_run_with_the_spin_delivers_every_message_once(tmp_pat
     tx = [v for v in s["window_counters"].values() if v["role"] == "sender"]
     assert tx and tx[0]["window_waits"] > 0             # the window did close, and was waited on
     assert tx[0]["window_spun"] + tx[0]["window_sleeps"] > 0
+
+
+def _loop_wakeups_during_a_wait(port, spin_us):
+    """The sender's loop-thread wake-ups in 0.4 s of a publisher's wait for
+    room on a full window (nothing taken)."""
+    from rpbcast import Node
+    with netns.namespace() as ns, netns.entered(ns):
+        tx = Node(_cfg(1, port, publish_spin_us=spin_us))
+        rx = Node(_cfg(2, port))
+        try:
+            time.sleep(0.2)
+            _fill(tx)
+            th = threading.Thread(target=tx.transport.wait_writable, args=(0.6,))
+            th.start()
+            time.sleep(0.05)
+            a = tx.stats()["loop"]["wakeups"]
+            time.sleep(0.4)
+            b = tx.stats()["loop"]["wakeups"]
+            th.join(10)
+            return b - a
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_the_loop_thread_leaves_the_sockets_to_a_spinning_publisher():
+    """While a publisher waits for room the loop thread does not watch the
+    sockets; without the spin it looks again every blind_max (1 ms: ~370
+    wake-ups in 0.4 s here), each on the core the publisher runs on.  With
+    the spin the publisher reads everything itself, so the loop looks only
+    every 10 ms (~40)."""
+    sleeping = _loop_wakeups_during_a_wait(PORT + 40, 0)
+    spinning = _loop_wakeups_during_a_wait(PORT + 50, 1_000_000)
+    assert spinning < 120, (spinning, sleeping)
+    assert sleeping > 2 * spinning, (spinning, sleeping)
