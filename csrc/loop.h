@@ -70,7 +70,7 @@ typedef struct {
                               * sockets to it between its waits (wait_input) */
     uint64_t n_win_spun;     /* waits for room that ended while spinning (no sleep) */
     volatile int64_t win_seen_ns; /* when the publisher last waited for room or read its
-                                   * sockets on a short publish: with win_spin_ns the
+                                   * sockets on a short publish: with win_park the
                                    * loop leaves the sockets to it for 10 x blind_max_ns */
     uint64_t n_win_sleeps;   /* blocking sleeps (ppoll) of waits for room */
     uint64_t n_takes;        /* application takes that took something (rp_loop_after_take):
