@@ -148,6 +148,9 @@ def row(r):
     if tx:
         d["window_waits"] = tx[0]["window_waits"]
         d["window_rx"] = tx[0]["window_rx"]
+        # of the waits, those that found room while spinning (--publish-spin-us), and the sleeps
+        d["window_spun"] = tx[0].get("window_spun", 0)
+        d["window_sleeps"] = tx[0].get("window_sleeps", 0)
     for role in ("sender", "receiver"):
         for which in ("app", "loop"):
             xs = [t[which] for t in r["threads"].get(role, []) if t[which]]

@@ -64,6 +64,15 @@ typedef struct {
     uint64_t n_win_waits;    /* rp_loop_wait_room calls that found the window closed */
     uint64_t n_win_rx;       /* socket reads by a publisher waiting for room (its
                               * acknowledgments read by itself, not the loop thread) */
+    int64_t win_spin_ns;     /* Config.publish_spin_us: a waiting publisher polls
+                              * this long before it sleeps (0: sleeps at once) */
+    int win_park;            /* ... and the loop thread (there is one) leaves the
+                              * sockets to it between its waits (wait_input) */
+    uint64_t n_win_spun;     /* waits for room that ended while spinning (no sleep) */
+    volatile int64_t win_seen_ns; /* when the publisher last waited for room or read its
+                                   * sockets on a short publish: with win_park the
+                                   * loop leaves the sockets to it for 10 x blind_max_ns */
+    uint64_t n_win_sleeps;   /* blocking sleeps (ppoll) of waits for room */
     uint64_t n_takes;        /* application takes that took something (rp_loop_after_take):
                               * delivered / n_takes is the receiver's batch per take */
     /* The application thread receives itself (rp_loop_app_wait).  While
@@ -212,6 +221,17 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own);
 /* Its counters: waits that found the window closed, socket reads that
  * found acknowledgments (by a waiting or a short publish). */
 void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx);
+/* The publisher's bounded spin (Config.publish_spin_us): a wait for room
+ * first polls the sockets and the window's eventfd without blocking for up
+ * to spin_ns, then sleeps -- a publisher with a core of its own sees the
+ * acknowledgment that reopens the window without a sleep and a wake-up per
+ * window turn.  park (only with a loop thread: a node driven by
+ * rp_loop_once alone must watch its sockets when it waits): the loop
+ * leaves the sockets to the publisher for 10 x blind_max_ns after it last
+ * waited for room or read them.  Its counters: waits that ended while
+ * spinning, and the sleeps of all waits. */
+void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park);
+void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps);
 /* Application takes that took something (what a window turn costs the
  * receiver: messages per take). */
 uint64_t rp_loop_take_count(const rp_loop_t *l);

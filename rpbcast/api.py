@@ -260,6 +260,7 @@ class Node:
             where = cfg.bind if "unicast" in str(e) else cfg.group_addr
             raise _socket_error_to_config(e, cfg, where) from None
         self.engine.set_addr(self.transport.addr)
+        self.transport.set_publish_spin(cfg.publish_spin_us * 1e-6)   # waits for room spin first
         # a static member started while streams may be running answers for
         # what follows its start, unless catch_up (docs/api.md, "Restarts")
         self.engine.started_late(time.monotonic_ns())

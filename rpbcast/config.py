@@ -265,6 +265,9 @@ class Config:
                                           # (one thread wake-up per message instead of two)
     receive_spin_us: int = 0              # receive() retries the sockets this long before it
                                           # sleeps (0: no spin; burns the core meanwhile)
+    publish_spin_us: int = 0              # a publisher waiting for room in the send/flow window
+                                          # polls for the acknowledgments this long before it
+                                          # sleeps (0: no spin; burns the core meanwhile)
     receive_mode: str = "wait"            # "spin": a waiting receive()/wait() never sleeps: it
                                           # polls the sockets without blocking for the whole wait (a
                                           # core per receiving thread; no sleep, no eventfd hop) and
@@ -462,6 +465,9 @@ class Config:
         need(isinstance(self.receive_spin_us, int) and not isinstance(self.receive_spin_us, bool)
              and 0 <= self.receive_spin_us <= 1_000_000,
              f"receive_spin_us must be 0..1000000 microseconds, got {self.receive_spin_us!r}")
+        need(isinstance(self.publish_spin_us, int) and not isinstance(self.publish_spin_us, bool)
+             and 0 <= self.publish_spin_us <= 1_000_000,
+             f"publish_spin_us must be 0..1000000 microseconds, got {self.publish_spin_us!r}")
         need(self.receive_mode in RECEIVE_MODES,
              f"receive_mode must be one of {RECEIVE_MODES}, got {self.receive_mode!r}")
         need(self.receive_mode != "spin" or (self.app_receive is True and not self.busy_poll),
@@ -568,7 +574,7 @@ class Config:
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "max_streams_per_node", "max_stranger_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
-               "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us", "busy_poll_us",
+               "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us", "publish_spin_us", "busy_poll_us",
                "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
 _NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 

@@ -118,6 +118,8 @@ cdef extern from "loop.h" nogil:
     void rp_loop_after_take(rp_loop_t *l)
     uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own)
     void rp_loop_window_counts(const rp_loop_t *l, uint64_t *waits, uint64_t *rx)
+    void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park)
+    void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps)
     uint64_t rp_loop_take_count(const rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
@@ -173,6 +175,7 @@ cdef class Transport:
     cdef object _raw_rng
     cdef object _hb                     # the engine's heartbeats, when the loop sends the tail probe
     cdef readonly int busy_poll_us      # SO_BUSY_POLL as the kernel holds it (0: off)
+    cdef readonly double publish_spin   # Config.publish_spin_us, in seconds
 
     def __cinit__(self):
         self.mrx.fd = -1
@@ -328,6 +331,7 @@ cdef class Transport:
         self.thread = threading.Thread(target=self._run, args=(cpu,), name=f"rpbcast-{self.engine.id}",
                                        daemon=True)
         self.thread.start()
+        self.set_publish_spin(self.publish_spin)    # (the loop thread may now park)
 
     def _run(self, cpu=None):
         if cpu is not None:
@@ -363,6 +367,7 @@ cdef class Transport:
             self.thread.join()
             self.thread = None
         self.loop.stop = 0
+        self.set_publish_spin(self.publish_spin)    # no loop thread: nobody parks
 
     def close(self):
         if self.loop_ok:
@@ -600,6 +605,16 @@ cdef class Transport:
             room = rp_loop_wait_room(&self.loop, t, own)
         return room > 0
 
+    def set_publish_spin(self, double seconds):
+        """Config.publish_spin_us: wait_writable polls the sockets and the
+        window's eventfd this long (without the GIL or the node lock) before
+        it sleeps; 0: it sleeps at once.  With a loop thread, that thread
+        leaves the sockets to the publisher between its waits (loop.h)."""
+        self.publish_spin = seconds if seconds > 0 else 0.0
+        if self.loop_ok:
+            rp_loop_set_publish_spin(&self.loop, <int64_t>(self.publish_spin * 1e9), self.thread is not None)
+            rp_loop_wake(&self.loop)        # re-enter its wait with the new rule
+
     def recv_batch(self, size_t max_n, uint8_t[::1] buf not None, uint32_t[::1] streams=None):
         """Take up to max_n deliveries: (count, senders, incs, seqs, labels,
         rx_times, offs, lens); payloads land back to back in buf, stream ids
@@ -760,9 +775,10 @@ cdef class Transport:
             "rcvbuf": self.mrx.rcvbuf if self.have_mrx else self.uc.rcvbuf, "sndbuf": self.uc.sndbuf,
             "timestamps": bool(self.uc.timestamps or (self.have_mrx and self.mrx.timestamps)),
         }
-        cdef uint64_t ctl_ns, ctl_max, win_waits, win_rx
+        cdef uint64_t ctl_ns, ctl_max, win_waits, win_rx, win_spun, win_sleeps
         rp_loop_control_time(&self.loop, &ctl_ns, &ctl_max)
         rp_loop_window_counts(&self.loop, &win_waits, &win_rx)
+        rp_loop_window_spin_counts(&self.loop, &win_spun, &win_sleeps)
         d["loop"] = {"iterations": self.loop.n_iter, "wakeups": self.loop.n_wakeups,
                      "control_calls": self.loop.n_control, "tx_blocked": self.loop.n_tx_blocked,
                      "dropped_in_process": self.loop.n_dropped, "errors": self.errors,
@@ -771,6 +787,9 @@ cdef class Transport:
                      # waits for room that found the windows closed, and socket reads
                      # by the publisher itself that found acknowledgments
                      "window_waits": win_waits, "window_rx": win_rx,
+                     # of those waits, the ones that found room while spinning
+                     # (Config.publish_spin_us), and the sleeps of all of them
+                     "window_spun": win_spun, "window_sleeps": win_sleeps,
                      # application takes that took something (delivered / takes:
                      # the receiver's messages per take)
                      "takes": rp_loop_take_count(&self.loop),

@@ -72,6 +72,10 @@ def add_parsers(sub):
     p.add_argument("--flow-ack-every", type=int, default=None, metavar="MESSAGES",
                    help="receivers acknowledge to the flow window every this many messages taken "
                         "(Config.flow_ack_every; default: Config's, the window / 8)")
+    p.add_argument("--publish-spin-us", type=int, default=None, metavar="MICROSECONDS",
+                   help="a sender waiting for room in its window polls for the acknowledgments this long "
+                        "before it sleeps (Config.publish_spin_us; burns its core meanwhile; default: "
+                        "Config's, 0)")
     p.add_argument("--labels", choices=["none", "stock"], default="none",
                    help="stock: label messages with the stock-trading workload (875 items, 50/40/10%%)")
     p.add_argument("--srb-window", type=int, default=0,

@@ -191,6 +191,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         cfg.update(interface=HostNet.DEV, ttl=1)
         if plan.ipv6:
             cfg["group_addr"] = HostNet(plan.addrs, ipv6=True).group(GROUP_PORT)
+    if role == "sender" and getattr(args, "publish_spin_us", None) is not None:
+        cfg["publish_spin_us"] = args.publish_spin_us
     if role == "receiver" and args.busy_poll:
         cfg["busy_poll"] = True
     if role == "receiver" and getattr(args, "receive_mode", "wait") != "wait":

@@ -118,7 +118,8 @@ def window_counters(final) -> dict:
             "takes": takes, "delivered": delivered,
             "msgs_per_take": round(delivered / takes, 1) if takes else None,
             "window_waits": loop.get("window_waits", 0), "window_rx": loop.get("window_rx", 0),
-            "window_closed": loop.get("window_closed", 0)}
+            "window_closed": loop.get("window_closed", 0),
+            "window_spun": loop.get("window_spun", 0), "window_sleeps": loop.get("window_sleeps", 0)}
 
 
 # What each protocol promises (docs/protocols.md); the check is the same for
