@@ -92,7 +92,7 @@ class Restarts:
                 f"node {i}: ({sender}, {inc}) delivered {self.delivered(i, sender, inc)[:10]}..."
             assert max(self.got[i].values()) == 1, f"node {i} delivered twice"
             # (a key holder's DATA in member 1's name is delivered as its own
-            # stream: one group key cannot tell; docs/security.md, "Not protected yet")
+            # stream: one group key cannot tell; docs/security.md, "Not protected")
             assert not [k for k in self.got[i] if b"FORGED" in k[3] and (k[0], k[1]) == (sender, inc)]
 
 
@@ -194,7 +194,7 @@ def test_forged_incarnations_of_a_member_do_not_stop_its_stream_its_restart_or_a
 
 def test_forged_newer_incarnations_can_mark_the_stream_dead_but_not_stop_it(tmp_path):
     """The key holder names NEWER incarnations (what a key holder speaking in
-    member 1's name can do: docs/security.md, "Not protected yet").  Member
+    member 1's name can do: docs/security.md, "Not protected").  Member
     1's stream is then dead for the receivers, but it keeps being delivered
     exactly once, interleaved with the forgeries, and so is a new member's
     stream: retirement takes the least recently heard dead incarnations."""
