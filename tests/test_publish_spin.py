@@ -14,39 +14,19 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
 import pytest
 from stressrun import stress, stress_args
 
-from rpbcast.config import Config, ConfigError, MemberSpec
+from rpbcast.config import Config, ConfigError
 from rpbcast.tools import netns
+from windowpair import W, fill as _fill, take as _take, window_cfg
 from rpbcast.tools.stress.plan import make_plan, worker_spec
 
 PORT = 27860
-W = 512
 
 
 def _cfg(i, port, **kw):
-    # no gossip to speak of: the sender's socket carries the FLOWACKs alone
-    return Config(node_id=i, members=[MemberSpec(j, f"127.0.0.1:{port + j}") for j in (1, 2)],
-                  bind=f"127.0.0.1:{port + i}", group_addr=f"239.255.77.13:{port}", gossip_interval=5.0,
-                  linger=0.0, flow_control="loggers", flow_window=W, flow_ack_timeout=30.0, **kw)
-
-
-def _fill(tx):
-    lens, buf = np.full(128, 64, np.uint32), np.zeros(128 * 64, np.uint8)
-    took = sum(tx.publish_batch(buf, lens) for _ in range(8))
-    assert took == W
-    assert tx.publish_batch(buf, lens) == 0             # full
-    return buf, lens
-
-
-def _take(rx, n):
-    got, deadline = 0, time.monotonic() + 10
-    while got < n and time.monotonic() < deadline:
-        if rx.wait(0.05):
-            got += rx.recv_batch().count
-    assert got == n
+    return window_cfg(i, port, "239.255.77.13", **kw)
 
 
 @pytest.mark.parametrize("value", [-1, 1_000_001, 2.5, True, "200"])

@@ -11,37 +11,16 @@ from __future__ import annotations
 import threading
 import time
 
-import numpy as np
 import pytest
 
-from rpbcast.config import Config, MemberSpec
 from rpbcast.tools import netns
+from windowpair import W, fill as _fill, take as _take, window_cfg
 
 PORT = 27760
-W = 512
 
 
 def _cfg(i, port, **kw):
-    # no gossip to speak of: the sender's socket carries the FLOWACKs alone
-    return Config(node_id=i, members=[MemberSpec(j, f"127.0.0.1:{port + j}") for j in (1, 2)],
-                  bind=f"127.0.0.1:{port + i}", group_addr=f"239.255.77.12:{port}", gossip_interval=5.0,
-                  linger=0.0, flow_control="loggers", flow_window=W, flow_ack_timeout=30.0, **kw)
-
-
-def _fill(tx):
-    lens, buf = np.full(128, 64, np.uint32), np.zeros(128 * 64, np.uint8)
-    took = sum(tx.publish_batch(buf, lens) for _ in range(8))
-    assert took == W
-    assert tx.publish_batch(buf, lens) == 0             # full
-    return buf, lens
-
-
-def _take(rx, n):
-    got, deadline = 0, time.monotonic() + 10
-    while got < n and time.monotonic() < deadline:
-        if rx.wait(0.05):
-            got += rx.recv_batch().count
-    assert got == n
+    return window_cfg(i, port, "239.255.77.12", **kw)
 
 
 @pytest.mark.netns
