@@ -19,7 +19,7 @@ from rpbcast import Config
 from rpbcast.core.node import Node
 from rpbcast.drivers.memnet import NS, MemNet
 
-from test_stream_quota import KEY, sealed_data
+from test_stream_quota import KEY, collect, sealed_data
 
 POOL = {"max_stranger_streams": 64} if hasattr(Config(), "max_stranger_streams") else {}
 
@@ -257,19 +257,6 @@ def test_on_real_sockets_a_flood_of_stranger_node_ids_does_not_stop_a_restart(tm
             return ApiNode(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs, incarnation=inc,
                                   gossip_interval=0.02, group_addr=f"239.255.91.8:{gport}",
                                   key_file=str(kf), **kw))
-
-        def collect(node, stream, want, timeout=5.0):
-            got = {}
-            end = time.time() + timeout
-            while sum(got.values()) < want and time.time() < end:
-                m = node.receive(timeout=0.05)
-                if m is not None and (m.sender, m.inc) == stream:
-                    got[m.seq] = got.get(m.seq, 0) + 1
-            time.sleep(0.05)
-            while (m := node.receive(timeout=0)) is not None:
-                if (m.sender, m.inc) == stream:
-                    got[m.seq] = got.get(m.seq, 0) + 1
-            return got
 
         nodes = {i: start(i, 100 + i, max_streams=16, **POOL) for i in (2, 3)}
         sender = None

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from rpbcast import Config
 from rpbcast.core import wire
-from rpbcast.core.node import DEST_MCAST, Node, StreamLimit
+from rpbcast.core.node import Node, StreamLimit
 from rpbcast.drivers.memnet import NS, MemNet
 
 T = wire.MsgType
@@ -306,6 +306,65 @@ class Model:
     def newer_spoke(self, node_id, inc):
         return self.own.get(node_id, -1) > inc
 
+    def forget_ids_unknown(self):
+        for x in list(self.own):
+            if not any(kk[0] == x for kk in self.s):
+                del self.own[x]                 # (nothing of it is known any more)
+
+    def spoke(self, node_id, inc):
+        """node_id spoke in incarnation inc (a stream the node knows)."""
+        k = (node_id, inc)
+        self.s[k][0] = True
+        if self.newer_spoke(node_id, inc):
+            self.s[k][1] = True
+        else:
+            self.own[node_id] = inc
+        for kk in self.s:
+            if kk[0] == node_id and kk[1] < inc:
+                self.s[kk][1] = True
+
+
+def apply_op(n, m, op, node_id, inc, t, senders):
+    """One of the allocator ops on node n (and the model's share of
+    "dead"): the slot a "new" or "own" left the stream in, or None."""
+    k = (node_id, inc)
+    if op == "take":
+        n.take_retired()
+    elif op == "dead":
+        if k in m.s:
+            n.set_peer_dead(n.find_peer(*k))
+            m.s[k][1] = True
+    elif op == "new":
+        try:
+            return n.peer(node_id, inc, 0)
+        except StreamLimit:
+            return None
+    elif op == "own":
+        # node_id speaks in incarnation inc: one DATA in its own datagram
+        s = senders.get(k)
+        if s is None:
+            s = senders[k] = Node(1, node_id, inc, store_bytes=1 << 16, store_entries=64)
+        s.publish(b"%d/%d/%d" % (node_id, inc, s.next_seq), None, t)
+        for _, d in s.datagrams():
+            n.rx(d, node_id, t)
+        return n.find_peer(*k)
+    return None
+
+
+def check_against_model(n, m, per, buf, t):
+    """What both allocator tests hold after every op: the quota per id, the
+    node's streams are the model's with its flags, and every delivery is a
+    stream's own message, never another's in its slot."""
+    ids = [pid for _, pid, _ in n.peer_ids()]
+    assert all(ids.count(x) <= per for x in set(ids))
+    assert {(pid, pinc) for _, pid, pinc in n.peer_ids()} == set(m.s)
+    for sl, pid, pinc in n.peer_ids():
+        assert n.peer_dead(sl) == m.s[(pid, pinc)][1], (pid, pinc)
+        assert n.peer_own_heard(sl) == m.s[(pid, pinc)][0]
+    k2, snd, incs, seqs, _, _, off, ln = n.recv_batch(1000, buf, t)
+    for i in range(k2):
+        assert bytes(buf[off[i]:off[i] + ln[i]]) == b"%d/%d/%d" % (snd[i], incs[i], seqs[i])
+
 
 @settings(max_examples=150, deadline=None)
 @given(st.integers(2, 6), st.integers(2, 4),
@@ -329,35 +388,13 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
         before = {kk: n.find_peer(*kk) for kk in m.s}
         protected = {kk for kk in m.s if m.protected(kk)}
         existed = k in m.s
-        slot = None
-        if op == "take":
-            n.take_retired()
-        elif op == "dead":
-            if existed:
-                n.set_peer_dead(n.find_peer(*k))
-                m.s[k][1] = True
-        elif op == "new":
-            try:
-                slot = n.peer(node_id, inc, 0)
-            except StreamLimit:
-                slot = None
-        else:
-            # node_id speaks in incarnation inc: one DATA in its own datagram
-            s = senders.get(k)
-            if s is None:
-                s = senders[k] = Node(1, node_id, inc, store_bytes=1 << 16, store_entries=64)
-            s.publish(b"%d/%d/%d" % (node_id, inc, s.next_seq), None, t)
-            for _, d in s.datagrams():
-                n.rx(d, node_id, t)
-            slot = n.find_peer(*k)
+        slot = apply_op(n, m, op, node_id, inc, t, senders)
         # streams the node no longer knows were retired (never a protected one)
         for kk in list(m.s):
             if n.find_peer(*kk) is None:
                 assert kk not in protected, f"live own-heard stream {kk} retired"
                 del m.s[kk]
-        for x in list(m.own):
-            if not any(kk[0] == x for kk in m.s):
-                del m.own[x]                    # (nothing of it is known any more)
+        m.forget_ids_unknown()
         if slot is not None and not existed:
             m.s[k] = [False, m.newer_spoke(node_id, inc)]
             if op == "new":                     # a fresh tracker, nothing stored
@@ -365,30 +402,14 @@ def test_the_slot_allocator_against_a_reference(cap_extra, per, ops):
                 assert info["missing"] == 0 and info["next"] == info["base"] and info["inflight"] == 0
                 assert not n.holds(node_id, inc, info["base"])
         if op == "own" and slot is not None:
-            m.s[k][0] = True
-            if m.newer_spoke(node_id, inc):
-                m.s[k][1] = True
-            else:
-                m.own[node_id] = inc
-            for kk in m.s:
-                if kk[0] == node_id and kk[1] < inc:
-                    m.s[kk][1] = True
+            m.spoke(node_id, inc)
         # invariants
-        ids = [pid for _, pid, _ in n.peer_ids()]
-        assert all(ids.count(x) <= per for x in set(ids))
+        check_against_model(n, m, per, buf, t)
         assert n.npeers == len(m.s) <= cap
         assert n.nslots <= cap + max(cap, 4096)
-        assert {(pid, pinc) for _, pid, pinc in n.peer_ids()} == set(m.s)
         for kk, s in before.items():
             if kk in m.s and s is not None:
                 assert n.find_peer(*kk) == s            # a known stream keeps its slot
-        for sl, pid, pinc in n.peer_ids():
-            assert n.peer_dead(sl) == m.s[(pid, pinc)][1], (pid, pinc)
-            assert n.peer_own_heard(sl) == m.s[(pid, pinc)][0]
-        # deliveries are each stream's own messages, never another's in its slot
-        k2, snd, incs, seqs, _, _, off, ln = n.recv_batch(1000, buf, t)
-        for i in range(k2):
-            assert bytes(buf[off[i]:off[i] + ln[i]]) == b"%d/%d/%d" % (snd[i], incs[i], seqs[i])
 
 
 @settings(max_examples=200, deadline=None)
@@ -421,32 +442,13 @@ def test_the_slot_allocator_with_a_member_set_against_a_reference(cap_extra, per
         stranger_streams = {kk for kk in m.s if kk[0] not in members}
         pool_before = n.nstrangers
         existed = k in m.s
-        slot = None
-        if op == "take":
-            n.take_retired()
-        elif op == "dead":
-            if existed:
-                n.set_peer_dead(n.find_peer(*k))
-                m.s[k][1] = True
-        elif op in ("join", "leave"):
+        if op in ("join", "leave"):
             if op == "join":
                 members.add(node_id)
             else:
                 members.discard(node_id)
             n.set_members([node_id], [op == "join"])
-        elif op == "new":
-            try:
-                slot = n.peer(node_id, inc, 0)
-            except StreamLimit:
-                slot = None
-        else:
-            s = senders.get(k)
-            if s is None:
-                s = senders[k] = Node(1, node_id, inc, store_bytes=1 << 16, store_entries=64)
-            s.publish(b"%d/%d/%d" % (node_id, inc, s.next_seq), None, t)
-            for _, d in s.datagrams():
-                n.rx(d, node_id, t)
-            slot = n.find_peer(*k)
+        slot = apply_op(n, m, op, node_id, inc, t, senders)
         gone = {kk for kk in m.s if n.find_peer(*kk) is None}
         for kk in gone:
             del m.s[kk]
@@ -463,24 +465,13 @@ def test_the_slot_allocator_with_a_member_set_against_a_reference(cap_extra, per
             assert gone <= stranger_streams | {kk for kk in member_streams if kk[0] == node_id}
         if op in ("take", "dead"):
             assert not gone
-        for x in list(m.own):
-            if not any(kk[0] == x for kk in m.s):
-                del m.own[x]
+        m.forget_ids_unknown()
         if slot is not None and not existed:
             m.s[k] = [False, m.newer_spoke(node_id, inc)]
         if op == "own" and slot is not None:
-            m.s[k][0] = True
-            if m.newer_spoke(node_id, inc):
-                m.s[k][1] = True
-            else:
-                m.own[node_id] = inc
-            for kk in m.s:
-                if kk[0] == node_id and kk[1] < inc:
-                    m.s[kk][1] = True
+            m.spoke(node_id, inc)
         # invariants
-        ids = [pid for _, pid, _ in n.peer_ids()]
-        assert all(ids.count(x) <= per for x in set(ids))
-        assert {(pid, pinc) for _, pid, pinc in n.peer_ids()} == set(m.s)
+        check_against_model(n, m, per, buf, t)
         in_pool = {(pid, pinc) for sl, pid, pinc in n.peer_ids() if n.peer_stranger(sl)}
         assert in_pool == {kk for kk in m.s if kk[0] not in members}, "pool != the non-members' streams"
         assert n.nstrangers == len(in_pool) <= pool
@@ -492,12 +483,27 @@ def test_the_slot_allocator_with_a_member_set_against_a_reference(cap_extra, per
         assert n.nslots <= cap + pool + max(cap, 4096)
         if op == "join":              # promoted: out of the pool, still known
             assert n.nstrangers == pool_before - len([kk for kk in stranger_streams if kk[0] == node_id])
-        for sl, pid, pinc in n.peer_ids():
-            assert n.peer_dead(sl) == m.s[(pid, pinc)][1], (pid, pinc)
-            assert n.peer_own_heard(sl) == m.s[(pid, pinc)][0]
-        k2, snd, incs, seqs, _, _, off, ln = n.recv_batch(1000, buf, t)
-        for i in range(k2):
-            assert bytes(buf[off[i]:off[i] + ln[i]]) == b"%d/%d/%d" % (snd[i], incs[i], seqs[i])
+
+
+def collect(node, stream, want, timeout=5.0):
+    """seq -> how many times `node` (an api.Node) delivered it, of stream
+    (sender, inc): until `want` arrived or `timeout`, then whatever else is
+    already waiting (a second copy would show).  Deliveries of other
+    streams -- forged ones: a key holder's DATA in member 1's name is
+    delivered as its own stream, docs/security.md -- are passed over."""
+    import time
+
+    got = {}
+    end = time.time() + timeout
+    while sum(got.values()) < want and time.time() < end:
+        m = node.receive(timeout=0.05)
+        if m is not None and (m.sender, m.inc) == stream:
+            got[m.seq] = got.get(m.seq, 0) + 1
+    time.sleep(0.05)
+    while (m := node.receive(timeout=0)) is not None:
+        if (m.sender, m.inc) == stream:
+            got[m.seq] = got.get(m.seq, 0) + 1
+    return got
 
 
 # ------------------------------------------------------------------ real sockets
@@ -531,22 +537,6 @@ def test_on_real_sockets_restarts_and_forged_incarnations_do_not_lock_out_stream
             return ApiNode(Config(node_id=i, bind=f"127.0.0.1:{ports[i]}", members=specs, incarnation=inc,
                                   gossip_interval=0.02, group_addr=f"239.255.91.7:{gport}",
                                   key_file=str(kf), **kw))
-
-        def collect(node, stream, want, timeout=5.0):
-            """Deliveries of stream (sender, inc); those of forged streams
-            (a key holder's DATA in member 1's name is delivered as its
-            own stream: docs/security.md) are passed over."""
-            got = {}
-            end = time.time() + timeout
-            while sum(got.values()) < want and time.time() < end:
-                m = node.receive(timeout=0.05)
-                if m is not None and (m.sender, m.inc) == stream:
-                    got[m.seq] = got.get(m.seq, 0) + 1
-            time.sleep(0.05)
-            while (m := node.receive(timeout=0)) is not None:
-                if (m.sender, m.inc) == stream:
-                    got[m.seq] = got.get(m.seq, 0) + 1
-            return got
 
         def publish_and_check(sender, n):
             for k in range(n):
