@@ -19,7 +19,7 @@ from stressrun import stress, stress_args
 
 from rpbcast.config import Config, ConfigError
 from rpbcast.tools import netns
-from windowpair import W, fill as _fill, take as _take, window_cfg
+from windowpair import fill as _fill, wait_for_the_take, window_cfg
 from rpbcast.tools.stress.plan import make_plan, worker_spec
 
 PORT = 27860
@@ -53,30 +53,6 @@ def test_the_stress_option_reaches_the_sender_only(tmp_path):
     assert "publish_spin_us" not in worker_spec(args, plan, plan.senders[0], "sender")["config"]
 
 
-def _wait_for_the_take(tx, rx, timeout):
-    """A thread blocks in wait_writable on the full window; this one takes
-    everything 0.2 s later (the take sends the FLOWACKs).  Returns what the
-    wait said, how long it took after the take began, and the loop's
-    window counters before and after."""
-    _fill(tx)
-    before = tx.stats()["loop"]
-    woke = {}
-
-    def wait():
-        woke["ok"] = tx.transport.wait_writable(timeout)
-        woke["at"] = time.monotonic()
-
-    th = threading.Thread(target=wait)
-    th.start()
-    time.sleep(0.2)
-    assert "ok" not in woke                             # still waiting: nothing taken
-    t_take = time.monotonic()
-    _take(rx, W)
-    th.join(10)
-    assert woke.get("ok") is True
-    return woke["at"] - t_take, before, tx.stats()["loop"]
-
-
 @pytest.mark.netns
 @pytest.mark.timeout(120)
 def test_a_spinning_publisher_sees_the_room_without_sleeping():
@@ -89,7 +65,7 @@ def test_a_spinning_publisher_sees_the_room_without_sleeping():
         rx = Node(_cfg(2, PORT))
         try:
             time.sleep(0.2)
-            waited, before, after = _wait_for_the_take(tx, rx, 20.0)
+            waited, before, after, _ = wait_for_the_take(tx, rx, 20.0)
             assert waited < 0.8, waited                 # within the spin
             assert after["window_waits"] == before["window_waits"] + 1
             assert after["window_spun"] == before["window_spun"] + 1
@@ -109,7 +85,7 @@ def test_without_the_spin_the_same_wait_sleeps():
         tx, rx = Node(_cfg(1, PORT + 10)), Node(_cfg(2, PORT + 10))
         try:
             time.sleep(0.2)
-            waited, before, after = _wait_for_the_take(tx, rx, 20.0)
+            waited, before, after, _ = wait_for_the_take(tx, rx, 20.0)
             assert waited < 2.0, waited                 # the acknowledgment, not the timeout
             assert after["window_sleeps"] > before["window_sleeps"]
             assert after["window_spun"] == before["window_spun"] == 0

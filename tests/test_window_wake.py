@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rpbcast.tools import netns
-from windowpair import W, fill as _fill, take as _take, window_cfg
+from windowpair import W, fill as _fill, take as _take, wait_for_the_take, window_cfg
 
 PORT = 27760
 
@@ -60,26 +60,8 @@ def test_a_waiting_publisher_is_woken_by_the_acknowledgment_it_reads():
         tx, rx = Node(_cfg(1, PORT + 10)), Node(_cfg(2, PORT + 10))
         try:
             time.sleep(0.2)
-            buf, lens = _fill(tx)
-            before = tx.stats()["loop"]
-            woke = {}
-
-            def wait():
-                t0 = time.monotonic()
-                woke["ok"] = tx.transport.wait_writable(20.0)
-                woke["at"] = time.monotonic()
-                woke["waited"] = woke["at"] - t0
-
-            th = threading.Thread(target=wait)
-            th.start()
-            time.sleep(0.3)
-            assert "ok" not in woke                     # still waiting: nothing taken
-            t_take = time.monotonic()
-            _take(rx, W)
-            th.join(10)
-            assert woke.get("ok") is True
-            assert woke["at"] - t_take < 2.0, woke      # the acknowledgment, not the 20 s timeout
-            after = tx.stats()["loop"]
+            waited, before, after, (buf, lens) = wait_for_the_take(tx, rx, 20.0, settle=0.3)
+            assert waited < 2.0, waited                 # the acknowledgment, not the 20 s timeout
             assert after["window_rx"] > before["window_rx"]     # read by the waiting thread
             assert after["window_waits"] > before["window_waits"]
             assert tx.publish_batch(buf, lens) == len(lens)

@@ -4,6 +4,7 @@ test_publish_spin.py): their configuration, a window filled to the brim,
 and a receiver's take of what was sent."""
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -36,3 +37,27 @@ def take(rx, n):
         if rx.wait(0.05):
             got += rx.recv_batch().count
     assert got == n
+
+
+def wait_for_the_take(tx, rx, timeout, settle=0.2):
+    """A thread blocks in wait_writable on tx's full window; this one takes
+    everything `settle` s later (the take sends the FLOWACKs).  Returns how
+    long the wait took after the take began, the loop's window counters
+    before and after, and the filled batch (to publish again)."""
+    buf, lens = fill(tx)
+    before = tx.stats()["loop"]
+    woke = {}
+
+    def wait():
+        woke["ok"] = tx.transport.wait_writable(timeout)
+        woke["at"] = time.monotonic()
+
+    th = threading.Thread(target=wait)
+    th.start()
+    time.sleep(settle)
+    assert "ok" not in woke                             # still waiting: nothing taken
+    t_take = time.monotonic()
+    take(rx, W)
+    th.join(10)
+    assert woke.get("ok") is True
+    return woke["at"] - t_take, before, tx.stats()["loop"], (buf, lens)
