@@ -268,6 +268,21 @@ def capture_control(sender, port, control, count=20):
         cap.close()
 
 
+
+def resend(captured, node, port):
+    """Send the captured datagrams verbatim to `port` (node's); its stats
+    before and half a second after."""
+    import socket
+
+    st0 = node.stats()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for d in captured:
+        s.sendto(d, ("127.0.0.1", port))
+    s.close()
+    time.sleep(0.5)
+    return st0, node.stats()
+
+
 @pytest.mark.netns
 @pytest.mark.timeout(120)
 def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path):
@@ -276,7 +291,6 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
     lists, ...), and every captured control datagram is resent verbatim to
     member 2's port: each is refused as a replay and counted, while the
     members keep talking (fresh control datagrams still accepted)."""
-    import socket
     import time
 
     from rpbcast.api import Node
@@ -300,13 +314,7 @@ def test_control_datagrams_captured_on_the_wire_and_resent_are_refused(tmp_path)
             captured = capture_control(nodes[1], ports[2], control)
             assert len(captured) >= 5
             time.sleep(0.2)                       # the originals have been received
-            st0 = nodes[2].stats()
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            for d in captured:
-                s.sendto(d, ("127.0.0.1", ports[2]))
-            s.close()
-            time.sleep(0.5)
-            st = nodes[2].stats()
+            st0, st = resend(captured, nodes[2], ports[2])
             refused = st.get("rx_reasons", {}).get("replay", 0) - st0.get("rx_reasons", {}).get("replay", 0)
             assert refused == len(captured), [sorted({m[0] for m in wire.parse(d)[1]}) for d in captured]
             assert st["replay_fresh"] > st0["replay_fresh"]     # genuine gossip still accepted
@@ -544,8 +552,6 @@ def test_control_datagrams_captured_before_a_member_restarted_are_stale_at_its_n
     (the default, 5 s).  Every captured datagram resent to it is dropped as
     "stale" and counted in Node.stats(), and member 1's fresh gossip is
     taken (before, the new run's empty window took every one once)."""
-    import socket
-
     from rpbcast.api import Node
     from rpbcast.tools import netns
 
@@ -570,13 +576,7 @@ def test_control_datagrams_captured_before_a_member_restarted_are_stale_at_its_n
             time.sleep(5.5)                               # more than the default skew
             nodes[2] = start(2, 2)
             time.sleep(0.3)                               # it hears member 1's fresh gossip
-            st0 = nodes[2].stats()
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            for d in captured:
-                s.sendto(d, ("127.0.0.1", ports[2]))
-            s.close()
-            time.sleep(0.5)
-            st = nodes[2].stats()
+            st0, st = resend(captured, nodes[2], ports[2])
             stale = st.get("rx_reasons", {}).get("stale", 0) - st0.get("rx_reasons", {}).get("stale", 0)
             assert stale == len(captured)
             assert st["replay_stale"] - st0["replay_stale"] == len(captured)
