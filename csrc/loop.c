@@ -630,6 +630,19 @@ static int ppoll_until(struct pollfd *p, int np, int64_t now, int64_t until) {
     return ppoll(p, (nfds_t)np, tp, NULL);
 }
 
+/* Poll without sleeping until something is ready, the loop closes or `stop`
+ * (monotonic ns); `spins` (may be NULL) counts the polls. */
+static int ppoll_spin(rp_loop_t *l, struct pollfd *p, int np, int64_t stop, uint64_t *spins) {
+    struct timespec zero = {0, 0};
+    for (;;) {
+        if (spins)
+            (*spins)++;
+        int r = ppoll(p, (nfds_t)np, &zero, NULL);
+        if (r != 0 || l->closing || rp_now_ns() >= stop)
+            return r;
+    }
+}
+
 /* Which sockets a ppoll that returned r said are readable (bit k: socket k). */
 static int ready_mask(const struct pollfd *p, int np, int r, const int *sock_of) {
     int mask = 0;
@@ -682,14 +695,7 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
             /* Spin: look without the node lock (a spinner that took mu on
              * every turn would starve the loop thread of it: it relocks
              * before the woken loop runs), lock only for what is there. */
-            struct timespec zero = {0, 0};
-            int64_t stop = until < spin_end ? until : spin_end;
-            for (;;) {
-                l->n_app_spins++;
-                r = ppoll(p, (nfds_t)np, &zero, NULL);
-                if (r != 0 || l->closing || rp_now_ns() >= stop)
-                    break;
-            }
+            r = ppoll_spin(l, p, np, until < spin_end ? until : spin_end, &l->n_app_spins);
         } else {
             r = ppoll_until(p, np, now, until);
         }
@@ -793,13 +799,7 @@ uint64_t rp_loop_wait_room(rp_loop_t *l, int64_t timeout_ns, int own) {
         int64_t until = ctl && now + 200000 < deadline ? now + 200000 : deadline;
         int r;
         if (now < spin_end) {
-            struct timespec zero = {0, 0};
-            int64_t stop = until < spin_end ? until : spin_end;
-            for (;;) {
-                r = ppoll(p, (nfds_t)np, &zero, NULL);
-                if (r != 0 || l->closing || rp_now_ns() >= stop)
-                    break;
-            }
+            r = ppoll_spin(l, p, np, until < spin_end ? until : spin_end, NULL);
         } else {
             slept = 1;
             __atomic_add_fetch(&l->n_win_sleeps, 1, __ATOMIC_RELAXED);
