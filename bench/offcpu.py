@@ -1,0 +1,471 @@
+"""Who takes the CPU from a thread: off-CPU intervals from the scheduler's
+own trace (tracefs sched_switch + sched_wakeup), attributed to what ran on
+that CPU meanwhile.  Root; stdlib + numpy.
+
+    bench/offcpu.py --match 'oneway_floor.py recv' -- CMD ARGS...   (trace while CMD runs)
+    bench/offcpu.py --pid 1234 --seconds 3                          (attach for 3 s)
+    bench/offcpu.py --tid 1235 --from-trace saved.txt               (analyse a saved trace)
+
+Threads: --tid T (one thread), --pid P (every thread of P), --match REGEX
+(every thread of every process whose command line matches; the command
+line is the arguments joined by spaces).  They are resolved from
+/proc/PID/task at the start and again every --poll seconds while the trace
+runs (a command's workers start after it), and only ever read: nothing is
+signalled or killed.
+
+Per thread it prints its off-CPU intervals by the state it left the CPU in
+-- `preempted` (R: it could have run; something else did) against
+`sleeping` (S, D: it waited for something) -- with their count, total,
+p50/p99/max, and for the intervals over --threshold-us (200 by default)
+which tasks ran on the CPU it left meanwhile, for how long in total, in how
+many of those intervals and at most in one.  For sleeping intervals the
+part between the wake-up and getting the CPU back (`wake->run`) is
+reported too: that part is the scheduler's, the rest the thread's own wait.
+Also the busiest tasks on each CPU over the whole trace.  --json FILE
+writes the same as JSON.
+
+The trace is recorded in a tracefs instance of its own
+(instances/offcpu-PID: its own buffer, events, clock and on/off switch),
+so a trace someone else set up on the top-level buffer is neither read nor
+disturbed; the instance is removed at the end, which turns its events off
+and frees its buffer.  Its clock is `mono` (CLOCK_MONOTONIC, the clock the
+benches stamp with).  Events lost to a full buffer are counted and printed:
+a trace with lost events has holes, and its intervals can be wrong.
+"""
+import argparse
+import bisect
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+
+TRACEFS = "/sys/kernel/tracing"
+EVENTS = ("sched/sched_switch", "sched/sched_wakeup")
+
+LINE = re.compile(r"^\s*(?P<task>.+?)-(?P<pid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
+                  r"(?:\S+\s+)?(?P<ts>\d+\.\d+):\s+(?P<event>\w+):\s+(?P<body>.*)$")
+SWITCH = re.compile(r"prev_comm=(?P<pc>.*?) prev_pid=(?P<pp>-?\d+) prev_prio=-?\d+ prev_state=(?P<ps>\S+) "
+                    r"==> next_comm=(?P<nc>.*?) next_pid=(?P<np>-?\d+) next_prio=-?\d+\s*$")
+WAKEUP = re.compile(r"comm=(?P<c>.*?) pid=(?P<p>-?\d+) prio=-?\d+(?: target_cpu=(?P<t>\d+))?")
+
+
+# ---------------------------------------------------------------- parsing
+
+def parse(lines):
+    """The trace text's scheduler events, in trace order, as tuples:
+    ("switch", ts_ns, cpu, prev_pid, prev_comm, prev_state, next_pid, next_comm)
+    ("wakeup", ts_ns, cpu, pid, comm)
+    Other events and comment lines are skipped."""
+    out = []
+    for ln in lines:
+        if not ln or ln[0] == "#":
+            continue
+        m = LINE.match(ln)
+        if m is None:
+            continue
+        ev = m.group("event")
+        sec, _, frac = m.group("ts").partition(".")
+        ts = int(sec) * 1_000_000_000 + int(frac.ljust(9, "0")[:9])
+        cpu = int(m.group("cpu"))
+        body = m.group("body")
+        if ev == "sched_switch":
+            s = SWITCH.match(body)
+            if s:
+                out.append(("switch", ts, cpu, int(s.group("pp")), s.group("pc"), s.group("ps"),
+                            int(s.group("np")), s.group("nc")))
+        elif ev in ("sched_wakeup", "sched_wakeup_new"):
+            w = WAKEUP.match(body)
+            if w:
+                out.append(("wakeup", ts, cpu, int(w.group("p")), w.group("c")))
+    return out
+
+
+def state_class(prev_state):
+    """preempted: left the CPU runnable (R, R+); sleeping: S or D; other."""
+    if prev_state.startswith("R"):
+        return "preempted"
+    if prev_state[:1] in ("S", "D"):
+        return "sleeping"
+    return "other"
+
+
+def task_name(pid, comm):
+    return "<idle>" if pid == 0 else f"{comm}-{pid}"
+
+
+# ------------------------------------------------------------ attribution
+
+class Segments(dict):
+    """{cpu: [(start_ns, end_ns, pid, comm)]} sorted by start, with each
+    CPU's start times kept for bisection."""
+
+    def __init__(self, segs):
+        super().__init__(segs)
+        self.starts = {cpu: [s[0] for s in lst] for cpu, lst in segs.items()}
+
+
+def run_segments(events, t_end=None):
+    """Who ran on each CPU when (a Segments).  Before a CPU's first switch
+    its previous task is taken to have run since the trace's first event;
+    the last one on each CPU until t_end (default: the last event)."""
+    if not events:
+        return Segments({})
+    t0 = events[0][1]
+    t_end = events[-1][1] if t_end is None else t_end
+    cur = {}
+    segs = defaultdict(list)
+    for ev in events:
+        if ev[0] != "switch":
+            continue
+        _, ts, cpu, pp, pc, _ps, np_, nc = ev
+        start = cur[cpu][0] if cpu in cur else t0
+        if ts > start:
+            segs[cpu].append((start, ts, pp, pc))
+        cur[cpu] = (ts, np_, nc)
+    for cpu, (ts, pid, comm) in cur.items():
+        if t_end > ts:
+            segs[cpu].append((ts, t_end, pid, comm))
+    return Segments(dict(segs))
+
+
+def ran_meanwhile(segs, cpu, start, end):
+    """{task name: ns} that ran on `cpu` within [start, end)."""
+    out = defaultdict(int)
+    lst = segs.get(cpu, [])
+    i = max(0, bisect.bisect_right(segs.starts.get(cpu, []), start) - 1)
+    while i < len(lst) and lst[i][0] < end:
+        s, e, pid, comm = lst[i]
+        ov = min(e, end) - max(s, start)
+        if ov > 0:
+            out[task_name(pid, comm)] += ov
+        i += 1
+    return dict(out)
+
+
+def off_intervals(events, tids):
+    """Each tracked thread's off-CPU intervals: {tid: [dict(start, end, ns,
+    state, cls, cpu_out, cpu_in, woken)]}, `woken` the first wake-up's time
+    within the interval (None if none was traced).  An interval must begin
+    and end inside the trace (a thread already off at the start, or still
+    off at the end, is not counted); also {tid: on-CPU ns}."""
+    tids = set(tids)
+    open_ = {}
+    since_on = {}
+    out = defaultdict(list)
+    on_ns = defaultdict(int)
+    for ev in events:
+        if ev[0] == "wakeup":
+            _, ts, _cpu, pid, _comm = ev
+            o = open_.get(pid)
+            if o is not None and o["woken"] is None:
+                o["woken"] = ts
+            continue
+        _, ts, cpu, pp, _pc, ps, np_, _nc = ev
+        if pp in tids and pp != np_:
+            if pp in since_on:
+                on_ns[pp] += ts - since_on.pop(pp)
+            open_[pp] = {"start": ts, "state": ps, "cls": state_class(ps), "cpu_out": cpu, "woken": None}
+        if np_ in tids and pp != np_:
+            o = open_.pop(np_, None)
+            if o is not None:
+                o.update(end=ts, ns=ts - o["start"], cpu_in=cpu)
+                out[np_].append(o)
+            since_on[np_] = ts
+    return dict(out), dict(on_ns)
+
+
+def pct(values_ns):
+    """count, total ms, p50/p99/max us of a list of ns."""
+    if not values_ns:
+        return {"n": 0, "total_ms": 0.0, "p50_us": None, "p99_us": None, "max_us": None}
+    a = np.asarray(values_ns, dtype=np.float64) / 1e3
+    p50, p99 = np.percentile(a, [50, 99])
+    return {"n": int(a.size), "total_ms": round(float(a.sum()) / 1e3, 3), "p50_us": round(float(p50), 1),
+            "p99_us": round(float(p99), 1), "max_us": round(float(a.max()), 1)}
+
+
+def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
+    """The report (a JSON-able dict) for threads `tids` over `events`
+    (from parse()).  names: {tid: label} for the output."""
+    names = names or {}
+    thr = int(threshold_us * 1000)
+    segs = run_segments(events)
+    offs, on_ns = off_intervals(events, tids)
+    window = (events[-1][1] - events[0][1]) if events else 0
+    threads = []
+    for tid in sorted(set(tids)):
+        ivs = offs.get(tid, [])
+        by_cls = defaultdict(list)
+        for iv in ivs:
+            by_cls[iv["cls"]].append(iv["ns"])
+        wake_run = [iv["end"] - iv["woken"] for iv in ivs if iv["cls"] == "sleeping" and iv["woken"] is not None]
+        long_ivs = [iv for iv in ivs if iv["ns"] > thr]
+        takers = {}
+        for iv in long_ivs:
+            iv["ran"] = ran_meanwhile(segs, iv["cpu_out"], iv["start"], iv["end"])
+            for task, ns in iv["ran"].items():
+                t = takers.setdefault(task, {"task": task, "total_ns": 0, "intervals": 0, "max_ns": 0})
+                t["total_ns"] += ns
+                t["intervals"] += 1
+                t["max_ns"] = max(t["max_ns"], ns)
+        takers = sorted(takers.values(), key=lambda t: -t["total_ns"])
+        for t in takers:
+            t["total_us"] = round(t.pop("total_ns") / 1e3, 1)
+            t["max_us"] = round(t.pop("max_ns") / 1e3, 1)
+        worst = sorted(long_ivs, key=lambda iv: -iv["ns"])[:longest]
+        threads.append({
+            "tid": tid, "name": names.get(tid, str(tid)),
+            "on_cpu_ms": round(on_ns.get(tid, 0) / 1e6, 3),
+            "off": {cls: pct(by_cls.get(cls, [])) for cls in ("preempted", "sleeping", "other")},
+            "wake_to_run": pct(wake_run),
+            "over_threshold": {"n": len(long_ivs), "total_ms": round(sum(iv["ns"] for iv in long_ivs) / 1e6, 3),
+                               "preempted": sum(iv["cls"] == "preempted" for iv in long_ivs),
+                               "sleeping": sum(iv["cls"] == "sleeping" for iv in long_ivs)},
+            "takers": takers,
+            "longest": [{"start_s": round(iv["start"] / 1e9, 6), "us": round(iv["ns"] / 1e3, 1),
+                         "state": iv["state"], "cpu": iv["cpu_out"],
+                         "ran": {k: round(v / 1e3, 1) for k, v in sorted(iv["ran"].items(), key=lambda kv: -kv[1])}}
+                        for iv in worst],
+        })
+    cpus = {}
+    for cpu, lst in sorted(segs.items()):
+        tot = defaultdict(int)
+        for s, e, pid, comm in lst:
+            tot[task_name(pid, comm)] += e - s
+        cpus[str(cpu)] = [{"task": k, "ms": round(v / 1e6, 3)} for k, v in sorted(tot.items(), key=lambda kv: -kv[1])]
+    return {"window_s": round(window / 1e9, 6), "events": len(events), "threshold_us": threshold_us,
+            "threads": threads, "cpus": cpus}
+
+
+def _us(v):
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def table(rep, top=8):
+    """The report as plain text."""
+    out = [f"trace window {rep['window_s']:.3f} s, {rep['events']:,} events"
+           + (f", LOST {rep['lost']:,} events (intervals may be wrong)" if rep.get("lost") else ", none lost")]
+    for th in rep["threads"]:
+        out.append("")
+        out.append(f"thread {th['name']} (tid {th['tid']}): on CPU {th['on_cpu_ms']:,.1f} ms")
+        out.append(f"  {'off-CPU':<12} {'n':>7} {'total ms':>10} {'p50 us':>9} {'p99 us':>9} {'max us':>9}")
+        for cls in ("preempted", "sleeping", "other"):
+            s = th["off"][cls]
+            if cls == "other" and not s["n"]:
+                continue
+            out.append(f"  {cls:<12} {s['n']:>7,} {s['total_ms']:>10,.2f} {_us(s['p50_us']):>9} {_us(s['p99_us']):>9} "
+                       f"{_us(s['max_us']):>9}")
+        w = th["wake_to_run"]
+        if w["n"]:
+            out.append(f"  {'wake->run':<12} {w['n']:>7,} {w['total_ms']:>10,.2f} {_us(w['p50_us']):>9} "
+                       f"{_us(w['p99_us']):>9} {_us(w['max_us']):>9}")
+        o = th["over_threshold"]
+        out.append(f"  over {rep['threshold_us']:g} us: {o['n']} intervals, {o['total_ms']:,.2f} ms "
+                   f"({o['preempted']} preempted, {o['sleeping']} sleeping); on that CPU meanwhile:")
+        if th["takers"]:
+            out.append(f"    {'task':<32} {'total us':>10} {'intervals':>9} {'max us':>9}")
+            for t in th["takers"][:top]:
+                out.append(f"    {t['task']:<32} {t['total_us']:>10,.1f} {t['intervals']:>9} {t['max_us']:>9,.1f}")
+        for iv in th["longest"]:
+            ran = ", ".join(f"{k} {v:,.0f}" for k, v in list(iv["ran"].items())[:4])
+            out.append(f"    longest: {iv['us']:,.0f} us at {iv['start_s']:.6f} ({iv['state']}, cpu {iv['cpu']}): {ran}")
+    out.append("")
+    out.append("busiest tasks per CPU over the trace (ms):")
+    for cpu, lst in rep["cpus"].items():
+        out.append(f"  cpu {cpu}: " + ", ".join(f"{t['task']} {t['ms']:,.1f}" for t in lst[:top]))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------- recording
+
+class Recorder:
+    """A tracefs instance recording the scheduler events; what it changed
+    is put back on exit (events off, tracing off, buffer and clock as they
+    were), and an instance it created is removed."""
+
+    def __init__(self, buffer_kb=32768, root=TRACEFS):
+        self.root = root
+        self.buffer_kb = buffer_kb
+        self.dir = os.path.join(root, "instances", f"offcpu-{os.getpid()}")
+        self.saved = {}
+
+    def _w(self, rel, value):
+        with open(os.path.join(self.dir, rel), "w") as f:
+            f.write(str(value))
+
+    def _r(self, rel):
+        with open(os.path.join(self.dir, rel)) as f:
+            return f.read()
+
+    def __enter__(self):
+        os.mkdir(self.dir)
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self):
+        for rel in ["tracing_on", "buffer_size_kb", *(f"events/{e}/enable" for e in EVENTS)]:
+            self.saved[rel] = self._r(rel).strip()
+        self.saved["trace_clock"] = re.search(r"\[(\w[\w-]*)\]", self._r("trace_clock")).group(1)
+        self._w("buffer_size_kb", self.buffer_kb)
+        if "mono" in self._r("trace_clock").replace("[", " ").replace("]", " ").split():
+            self._w("trace_clock", "mono")
+        for e in EVENTS:
+            self._w(f"events/{e}/enable", 1)
+        self._w("tracing_on", 1)
+
+    def stop(self):
+        self._w("tracing_on", 0)
+
+    def text(self):
+        return self._r("trace")
+
+    def lost(self):
+        """Events lost to a full buffer (overrun + dropped, every CPU)."""
+        n = 0
+        for cpu in os.listdir(os.path.join(self.dir, "per_cpu")):
+            for ln in self._r(f"per_cpu/{cpu}/stats").splitlines():
+                k, _, v = ln.partition(":")
+                if k.strip() in ("overrun", "dropped events"):
+                    n += int(v)
+        return n
+
+    def __exit__(self, *exc):
+        try:
+            self._w("tracing_on", 0)
+            for e in EVENTS:
+                self._w(f"events/{e}/enable", 0)
+            for rel, v in self.saved.items():
+                self._w(rel, v)
+        finally:
+            os.rmdir(self.dir)
+
+
+# ----------------------------------------------------------------- threads
+
+def _read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def cmdline(pid):
+    raw = _read(f"/proc/{pid}/cmdline")
+    return None if raw is None else raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+
+
+def threads_of(pid):
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+class Targets:
+    """The threads to attribute, resolved from /proc (only read)."""
+
+    def __init__(self, tids=(), pids=(), match=None):
+        self.tids = {}              # tid -> label
+        self.pids = set(pids)
+        self.fixed = set(tids)
+        self.match = re.compile(match) if match else None
+        self.seen = {}              # pid -> first seen (monotonic), not matching
+        self.me = {os.getpid(), os.getppid()}
+
+    def poll(self):
+        now = time.monotonic()
+        for t in self.fixed:
+            self._add(t, None)
+        if self.match is not None:
+            for d in os.listdir("/proc"):
+                if not d.isdigit():
+                    continue
+                pid = int(d)
+                if pid in self.me or pid in self.pids:
+                    continue
+                first = self.seen.setdefault(pid, now)
+                if now - first > 1.0:       # a process's command line is read until it is 1 s old (fork, then exec)
+                    continue
+                cl = cmdline(pid)
+                if cl and self.match.search(cl):
+                    self.pids.add(pid)
+        for pid in list(self.pids):
+            for t in threads_of(pid):
+                self._add(t, pid)
+
+    def _add(self, tid, pid):
+        if tid in self.tids:
+            return
+        comm = (_read(f"/proc/{tid}/comm") or b"?").decode(errors="replace").strip()
+        pid = pid if pid is not None else tid
+        role = "main" if tid == pid else "thread"
+        cl = cmdline(pid) or ""
+        self.tids[tid] = f"{comm} {role} of {pid} [{cl[:60]}]"
+
+
+# --------------------------------------------------------------------- cli
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tid", type=int, action="append", default=[])
+    ap.add_argument("--pid", type=int, action="append", default=[])
+    ap.add_argument("--match", help="regex on /proc/PID/cmdline: every thread of the matching processes")
+    ap.add_argument("--seconds", type=float, help="attach: trace this long (no command)")
+    ap.add_argument("--threshold-us", type=float, default=200.0)
+    ap.add_argument("--poll", type=float, default=0.2, help="seconds between /proc scans while tracing")
+    ap.add_argument("--buffer-kb", type=int, default=32768, help="per-CPU trace buffer")
+    ap.add_argument("--json", help="write the report as JSON to this file")
+    ap.add_argument("--save-trace", help="also keep the raw trace text here")
+    ap.add_argument("--from-trace", help="analyse this saved trace text instead of recording (needs --tid)")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND ARGS: trace while it runs")
+    a = ap.parse_args(argv)
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    targets = Targets(a.tid, a.pid, a.match)
+    lost = None
+    rc = 0
+    if a.from_trace:
+        with open(a.from_trace) as f:
+            text = f.read()
+        targets.tids = {t: str(t) for t in a.tid}
+    else:
+        if not cmd and not a.seconds:
+            ap.error("give -- COMMAND or --seconds N (or --from-trace FILE)")
+        if not (a.tid or a.pid or a.match):
+            ap.error("give --tid, --pid or --match")
+        with Recorder(a.buffer_kb) as rec:
+            targets.poll()
+            proc = subprocess.Popen(cmd) if cmd else None
+            end = None if proc else time.monotonic() + a.seconds
+            while (proc.poll() is None) if proc else (time.monotonic() < end):
+                time.sleep(a.poll)
+                targets.poll()
+            rec.stop()
+            rc = proc.returncode if proc else 0
+            text = rec.text()
+            lost = rec.lost()
+        if a.save_trace:
+            with open(a.save_trace, "w") as f:
+                f.write(text)
+    events = parse(text.splitlines())
+    rep = attribute(events, list(targets.tids), a.threshold_us, names=targets.tids)
+    rep["lost"] = lost
+    rep["command"] = cmd
+    print(table(rep), flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rep, f, indent=1)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
