@@ -59,8 +59,8 @@ WAKEUP = re.compile(r"comm=(?P<c>.*?) pid=(?P<p>-?\d+) prio=-?\d+(?: target_cpu=
 def parse(lines):
     """The trace text's scheduler events, in trace order, as tuples:
     ("switch", ts_ns, cpu, prev_pid, prev_comm, prev_state, next_pid, next_comm)
-    ("wakeup", ts_ns, cpu, pid, comm)
-    Other events and comment lines are skipped."""
+    ("wakeup", ts_ns, cpu, pid, comm, waker_pid)
+    (waker_pid: the task running on that CPU when it woke `pid`).  Other events and comment lines are skipped."""
     out = []
     for ln in lines:
         if not ln or ln[0] == "#":
@@ -81,7 +81,7 @@ def parse(lines):
         elif ev in ("sched_wakeup", "sched_wakeup_new"):
             w = WAKEUP.match(body)
             if w:
-                out.append(("wakeup", ts, cpu, int(w.group("p")), w.group("c")))
+                out.append(("wakeup", ts, cpu, int(w.group("p")), w.group("c"), int(m.group("pid"))))
     return out
 
 
@@ -95,10 +95,51 @@ def state_class(prev_state):
 
 
 def task_name(pid, comm):
-    return "<idle>" if pid == 0 else f"{comm}-{pid}"
+    if pid == 0:
+        return "<idle>"
+    return comm if pid < 0 else f"{comm}-{pid}"
 
 
 # ------------------------------------------------------------ attribution
+
+def repair(events):
+    """The events with the switches the trace missed put back, and how many.
+
+    The kernel's trace can lack a switch (seen here: an idle CPU's switch
+    to the task it woke for, now and then): a task is then seen running
+    -- switching out, or waking another task -- on a CPU the trace last
+    gave to another.  When that CPU was idle and the task was woken since,
+    it got the CPU when it was woken (an idle CPU takes a woken task at
+    once): a switch is put in there, marked "inferred".  Otherwise when it
+    got the CPU is not known: a switch marked "unknown" is put in at the
+    moment it was seen, and the time before is nobody's (run_segments) and
+    its off-CPU interval is dropped (off_intervals).  Returns (events,
+    {"inferred": n, "unknown": n})."""
+    cur = {}                # cpu -> (pid, comm, since)
+    last_wake = {}
+    out = []
+    fixed = {"inferred": 0, "unknown": 0}
+    for ev in events:
+        ts, cpu = ev[1], ev[2]
+        running = ev[3] if ev[0] == "switch" else ev[5]
+        if cpu in cur and cur[cpu][0] != running:
+            pid, comm, since = cur[cpu]
+            w = last_wake.get(running)
+            if pid == 0 and w is not None and since <= w <= ts:
+                at, kind = max(w, since), "inferred"
+            else:
+                at, kind = ts, "unknown"
+            fixed[kind] += 1
+            name = ev[4] if ev[0] == "switch" else "?"
+            out.append(("switch", at, cpu, pid, comm, "?", running, name, kind))
+            cur[cpu] = (running, name, at)
+        if ev[0] == "wakeup":
+            last_wake[ev[3]] = ts
+        else:
+            cur[cpu] = (ev[6], ev[7], ts)
+        out.append(ev)
+    return out, fixed
+
 
 class Segments(dict):
     """{cpu: [(start_ns, end_ns, pid, comm)]} sorted by start, with each
@@ -110,9 +151,11 @@ class Segments(dict):
 
 
 def run_segments(events, t_end=None):
-    """Who ran on each CPU when (a Segments).  Before a CPU's first switch
-    its previous task is taken to have run since the trace's first event;
-    the last one on each CPU until t_end (default: the last event)."""
+    """Who ran on each CPU when (a Segments), from repaired events.
+    Before a CPU's first switch its previous task is taken to have run
+    since the trace's first event; the last one on each CPU until t_end
+    (default: the last event).  Before a switch marked "unknown" the time
+    since the CPU's last switch is "<unknown>"."""
     if not events:
         return Segments({})
     t0 = events[0][1]
@@ -122,7 +165,9 @@ def run_segments(events, t_end=None):
     for ev in events:
         if ev[0] != "switch":
             continue
-        _, ts, cpu, pp, pc, _ps, np_, nc = ev
+        ts, cpu, pp, pc, np_, nc = ev[1], ev[2], ev[3], ev[4], ev[6], ev[7]
+        if len(ev) > 8 and ev[8] == "unknown":
+            pp, pc = -1, "<unknown>"
         start = cur[cpu][0] if cpu in cur else t0
         if ts > start:
             segs[cpu].append((start, ts, pp, pc))
@@ -148,35 +193,44 @@ def ran_meanwhile(segs, cpu, start, end):
 
 
 def off_intervals(events, tids):
-    """Each tracked thread's off-CPU intervals: {tid: [dict(start, end, ns,
-    state, cls, cpu_out, cpu_in, woken)]}, `woken` the first wake-up's time
-    within the interval (None if none was traced).  An interval must begin
-    and end inside the trace (a thread already off at the start, or still
-    off at the end, is not counted); also {tid: on-CPU ns}."""
+    """Each tracked thread's off-CPU intervals, from repaired events:
+    {tid: [dict(start, end, ns, state, cls, cpu_out, cpu_in, woken,
+    inferred)]}, `woken` the first wake-up's time within the interval (None
+    if none was traced), `inferred` whether its end is an inferred switch.
+    An interval must begin and end inside the trace (a thread already off
+    at the start, or still off at the end, is not counted), and its end
+    must be known (one ended by an "unknown" switch is dropped and
+    counted).  Also {tid: on-CPU ns} and {tid: intervals dropped}."""
     tids = set(tids)
+    dropped = defaultdict(int)
     open_ = {}
     since_on = {}
     out = defaultdict(list)
     on_ns = defaultdict(int)
     for ev in events:
         if ev[0] == "wakeup":
-            _, ts, _cpu, pid, _comm = ev
-            o = open_.get(pid)
+            o = open_.get(ev[3])
             if o is not None and o["woken"] is None:
-                o["woken"] = ts
+                o["woken"] = ev[1]
             continue
-        _, ts, cpu, pp, _pc, ps, np_, _nc = ev
-        if pp in tids and pp != np_:
+        ts, cpu, pp, ps, np_ = ev[1], ev[2], ev[3], ev[5], ev[6]
+        kind = ev[8] if len(ev) > 8 else ""
+        if pp == np_:
+            continue
+        if pp in tids and not kind:
             if pp in since_on:
                 on_ns[pp] += ts - since_on.pop(pp)
             open_[pp] = {"start": ts, "state": ps, "cls": state_class(ps), "cpu_out": cpu, "woken": None}
-        if np_ in tids and pp != np_:
+        if np_ in tids:
             o = open_.pop(np_, None)
             if o is not None:
-                o.update(end=ts, ns=ts - o["start"], cpu_in=cpu)
-                out[np_].append(o)
+                if kind == "unknown":
+                    dropped[np_] += 1
+                else:
+                    o.update(end=ts, ns=ts - o["start"], cpu_in=cpu, inferred=kind == "inferred")
+                    out[np_].append(o)
             since_on[np_] = ts
-    return dict(out), dict(on_ns)
+    return dict(out), dict(on_ns), dict(dropped)
 
 
 def pct(values_ns):
@@ -194,8 +248,9 @@ def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
     (from parse()).  names: {tid: label} for the output."""
     names = names or {}
     thr = int(threshold_us * 1000)
+    events, fixed = repair(events)
     segs = run_segments(events)
-    offs, on_ns = off_intervals(events, tids)
+    offs, on_ns, missed = off_intervals(events, tids)
     window = (events[-1][1] - events[0][1]) if events else 0
     threads = []
     for tid in sorted(set(tids)):
@@ -221,6 +276,8 @@ def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
         threads.append({
             "tid": tid, "name": names.get(tid, str(tid)),
             "on_cpu_ms": round(on_ns.get(tid, 0) / 1e6, 3),
+            "dropped_unknown_end": missed.get(tid, 0),
+            "inferred_end": sum(iv["inferred"] for iv in ivs),
             "off": {cls: pct(by_cls.get(cls, [])) for cls in ("preempted", "sleeping", "other")},
             "wake_to_run": pct(wake_run),
             "over_threshold": {"n": len(long_ivs), "total_ms": round(sum(iv["ns"] for iv in long_ivs) / 1e6, 3),
@@ -238,7 +295,8 @@ def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
         for s, e, pid, comm in lst:
             tot[task_name(pid, comm)] += e - s
         cpus[str(cpu)] = [{"task": k, "ms": round(v / 1e6, 3)} for k, v in sorted(tot.items(), key=lambda kv: -kv[1])]
-    return {"window_s": round(window / 1e9, 6), "events": len(events), "threshold_us": threshold_us,
+    return {"window_s": round(window / 1e9, 6), "events": len(events), "repaired": fixed,
+            "threshold_us": threshold_us,
             "threads": threads, "cpus": cpus}
 
 
@@ -249,10 +307,15 @@ def _us(v):
 def table(rep, top=8):
     """The report as plain text."""
     out = [f"trace window {rep['window_s']:.3f} s, {rep['events']:,} events"
-           + (f", LOST {rep['lost']:,} events (intervals may be wrong)" if rep.get("lost") else ", none lost")]
+           + (f", LOST {rep['lost']:,} events (intervals may be wrong)" if rep.get("lost") else ", none lost")
+           + f"; switches missing from the trace: {rep['repaired']['inferred']} inferred (an idle CPU's switch"
+           f" to the task it woke), {rep['repaired']['unknown']} unknown (the time before them is <unknown>)"]
     for th in rep["threads"]:
         out.append("")
-        out.append(f"thread {th['name']} (tid {th['tid']}): on CPU {th['on_cpu_ms']:,.1f} ms")
+        out.append(f"thread {th['name']} (tid {th['tid']}): on CPU {th['on_cpu_ms']:,.1f} ms"
+                   + (f"; {th['dropped_unknown_end']} off-CPU intervals dropped (their end unknown)"
+                      if th["dropped_unknown_end"] else "")
+                   + (f"; {th['inferred_end']} ended by an inferred switch" if th["inferred_end"] else ""))
         out.append(f"  {'off-CPU':<12} {'n':>7} {'total ms':>10} {'p50 us':>9} {'p99 us':>9} {'max us':>9}")
         for cls in ("preempted", "sleeping", "other"):
             s = th["off"][cls]
