@@ -472,8 +472,8 @@ class Targets:
         comm = (_read(f"/proc/{tid}/comm") or b"?").decode(errors="replace").strip()
         pid = pid if pid is not None else tid
         role = "main" if tid == pid else "thread"
-        cl = cmdline(pid) or ""
-        self.tids[tid] = f"{comm} {role} of {pid} [{cl[:60]}]"
+        cl = " ".join(os.path.basename(a) if a.startswith("/") else a for a in (cmdline(pid) or "").split(" "))
+        self.tids[tid] = f"{comm} {role} of {pid} [{cl[:70]}]"
 
 
 # --------------------------------------------------------------------- cli

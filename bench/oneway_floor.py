@@ -40,7 +40,10 @@ import subprocess
 import sys
 import time
 
-import numpy as np
+# numpy is imported only where the figures are made, after a run: its
+# import starts OpenBLAS threads in the measuring process, which then
+# share the pinned CPU with the spinning receiver (seen: 8 ms slices).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GROUP = ("239.192.1.83", 17540)
@@ -59,6 +62,7 @@ def summarize(seq, due, sent, rx, warm_seq=0, expected=None):
     the messages with seq >= warm_seq, late counts, loss, duplicates and
     reordering.  expected: how many messages (seq warm_seq..expected-1)
     were sent, for the loss count."""
+    import numpy as np
     seq = np.asarray(seq, dtype=np.uint64)
     keep = seq >= warm_seq
     seq = seq[keep]
@@ -87,6 +91,7 @@ def summarize(seq, due, sent, rx, warm_seq=0, expected=None):
 
 def decode(buf, k):
     """The first k received slots of buf: (seq, due, sent, rx) arrays."""
+    import numpy as np
     a = np.frombuffer(buf, dtype=np.dtype([("seq", "<u8"), ("due", "<i8"), ("sent", "<i8"), ("rx", "<i8"),
                                            ("pad", "V%d" % (SLOT - HEAD.size))]), count=k)
     return a["seq"], a["due"], a["sent"], a["rx"]
@@ -283,6 +288,7 @@ def main(argv=None):
         if created:
             subprocess.run(["ip", "netns", "del", ns])
     if len(results) > 1:
+        import numpy as np
         keys = [k for k in results[0] if k.endswith("_us") or "late_" in k or k == "lost"]
         med = {k: float(np.median([float(r[k]) for r in results if r.get(k, "-") != "-"]))
                for k in keys if all(r.get(k, "-") != "-" for r in results)}
