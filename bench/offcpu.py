@@ -248,6 +248,7 @@ def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
     (from parse()).  names: {tid: label} for the output."""
     names = names or {}
     thr = int(threshold_us * 1000)
+    n_events = len(events)
     events, fixed = repair(events)
     segs = run_segments(events)
     offs, on_ns, missed = off_intervals(events, tids)
@@ -295,7 +296,7 @@ def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
         for s, e, pid, comm in lst:
             tot[task_name(pid, comm)] += e - s
         cpus[str(cpu)] = [{"task": k, "ms": round(v / 1e6, 3)} for k, v in sorted(tot.items(), key=lambda kv: -kv[1])]
-    return {"window_s": round(window / 1e9, 6), "events": len(events), "repaired": fixed,
+    return {"window_s": round(window / 1e9, 6), "events": n_events, "repaired": fixed,
             "threshold_us": threshold_us,
             "threads": threads, "cpus": cpus}
 
