@@ -84,6 +84,7 @@ def test_offcpu_attributes_the_receivers_off_cpu_time():
     over = th["over_threshold"]
     assert (over["n"], over["preempted"], over["sleeping"]) == (2, 1, 1)
     assert over["total_ms"] == pytest.approx(3.8)
+    assert over["excess_ms"] == pytest.approx(3.3 + 0.1)          # 3.5 - 0.2 and 0.3 - 0.2
     takers = {t["task"]: t for t in th["takers"]}
     assert set(takers) == {"kdamond.0-77", "python3-101", "<idle>"}       # nothing from CPU 0
     assert takers["kdamond.0-77"]["total_us"] == 3000.0
