@@ -157,25 +157,31 @@ def run_segments(events, t_end=None):
     """Who ran on each CPU when (a Segments), from repaired events.
     Before a CPU's first switch its previous task is taken to have run
     since the trace's first event; the last one on each CPU until t_end
-    (default: the last event).  Before a switch marked "unknown" the time
-    since the CPU's last switch is "<unknown>"."""
+    (default: the last event).  Before a switch marked "unknown" the
+    CPU's task is known to have run until it was last seen running (it
+    woke another task then); the time after is "<unknown>"."""
     if not events:
         return Segments({})
     t0 = events[0][1]
     t_end = events[-1][1] if t_end is None else t_end
-    cur = {}
+    cur = {}                # cpu -> [since, pid, comm, last seen running]
     segs = defaultdict(list)
     for ev in events:
-        if ev[0] != "switch":
+        ts, cpu = ev[1], ev[2]
+        if ev[0] == "wakeup":
+            if cpu in cur and cur[cpu][1] == ev[5]:
+                cur[cpu][3] = ts
             continue
-        ts, cpu, pp, pc, np_, nc = ev[1], ev[2], ev[3], ev[4], ev[6], ev[7]
+        pp, pc, np_, nc = ev[3], ev[4], ev[6], ev[7]
+        start, seen = (cur[cpu][0], cur[cpu][3]) if cpu in cur else (t0, t0)
         if len(ev) > 8 and ev[8] == "unknown":
-            pp, pc = -1, "<unknown>"
-        start = cur[cpu][0] if cpu in cur else t0
+            if seen > start:
+                segs[cpu].append((start, seen, pp, pc))
+            start, pp, pc = max(start, seen), -1, "<unknown>"
         if ts > start:
             segs[cpu].append((start, ts, pp, pc))
-        cur[cpu] = (ts, np_, nc)
-    for cpu, (ts, pid, comm) in cur.items():
+        cur[cpu] = [ts, np_, nc, ts]
+    for cpu, (ts, pid, comm, _seen) in cur.items():
         if t_end > ts:
             segs[cpu].append((ts, t_end, pid, comm))
     return Segments(dict(segs))

@@ -116,9 +116,11 @@ def test_offcpu_repairs_the_switches_the_trace_missed():
     # the CPU back is unknown, that interval is dropped and counted, the
     # CPU's time until then is <unknown>.  (2) it sleeps, is woken on the
     # idle CPU and is next seen switching out, the idle CPU's switch to it
-    # missing: it ran from its wake-up (inferred).
+    # missing: it ran from its wake-up (inferred).  kdamond, seen running
+    # (waking a kworker) until 5.0015, keeps that time; the rest is unknown.
     trace = [
         sw("python3", 100, 1, "5.000000", "python3", 100, "R", "kdamond.0", 77),
+        wk("kdamond.0", 77, 1, "5.001500", "kworker/1:1", 33, 1),     # kdamond seen running until 5.0015
         wk("python3", 100, 1, "5.002000", "python3", 101, 0),
         sw("python3", 100, 1, "5.003000", "python3", 100, "S", "swapper/1", 0),
         wk("<idle>", 0, 1, "5.004000", "python3", 100, 1),
@@ -141,7 +143,7 @@ def test_offcpu_repairs_the_switches_the_trace_missed():
     assert rep["repaired"] == {"inferred": 1, "unknown": 1}
     assert {t["task"]: t["total_us"] for t in th["takers"]} == {"<idle>": 2500.0, "python3-101": 500.0}
     cpu1 = {t["task"]: t["ms"] for t in rep["cpus"]["1"]}
-    assert cpu1["<unknown>"] == 2.0 and "kdamond.0-77" not in cpu1
+    assert cpu1["<unknown>"] == 0.5 and cpu1["kdamond.0-77"] == 1.5
     assert cpu1["python3-100"] == 1.0 + 0.5 + 3.0
     text = offcpu.table(rep)
     assert "1 off-CPU intervals dropped" in text and "1 ended by an inferred switch" in text
