@@ -252,16 +252,21 @@ def pct(values_ns):
             "p99_us": round(float(p99), 1), "max_us": round(float(a.max()), 1)}
 
 
-def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
+def attribute(events, tids, threshold_us=200.0, longest=5, names=None, window=None):
     """The report (a JSON-able dict) for threads `tids` over `events`
-    (from parse()).  names: {tid: label} for the output."""
+    (from parse()).  names: {tid: label} for the output.  window: (a, b)
+    seconds from the trace's first event: only the off-CPU intervals that
+    begin within it count (a run's set-up and wind-down left out)."""
     names = names or {}
     thr = int(threshold_us * 1000)
     n_events = len(events)
     events, fixed = repair(events)
     segs = run_segments(events)
     offs, on_ns, missed = off_intervals(events, tids)
-    window = (events[-1][1] - events[0][1]) if events else 0
+    span = (events[-1][1] - events[0][1]) if events else 0
+    if window is not None and events:
+        lo, hi = (events[0][1] + int(x * 1e9) for x in window)
+        offs = {tid: [iv for iv in ivs if lo <= iv["start"] < hi] for tid, ivs in offs.items()}
     threads = []
     for tid in sorted(set(tids)):
         ivs = offs.get(tid, [])
@@ -306,7 +311,7 @@ def attribute(events, tids, threshold_us=200.0, longest=5, names=None):
         for s, e, pid, comm in lst:
             tot[task_name(pid, comm)] += e - s
         cpus[str(cpu)] = [{"task": k, "ms": round(v / 1e6, 3)} for k, v in sorted(tot.items(), key=lambda kv: -kv[1])]
-    return {"window_s": round(window / 1e9, 6), "events": n_events, "repaired": fixed,
+    return {"window_s": round(span / 1e9, 6), "counted_s": list(window) if window else None, "events": n_events, "repaired": fixed,
             "threshold_us": threshold_us,
             "threads": threads, "cpus": cpus}
 
@@ -317,7 +322,10 @@ def _us(v):
 
 def table(rep, top=8):
     """The report as plain text."""
-    out = [f"trace window {rep['window_s']:.3f} s, {rep['events']:,} events"
+    out = [f"trace window {rep['window_s']:.3f} s"
+           + (f" (off-CPU intervals counted from {rep['counted_s'][0]:g} to {rep['counted_s'][1]:g} s)"
+              if rep.get("counted_s") else "")
+           + f", {rep['events']:,} events"
            + (f", LOST {rep['lost']:,} events (intervals may be wrong)" if rep.get("lost") else ", none lost")
            + f"; switches missing from the trace: {rep['repaired']['inferred']} inferred (an idle CPU's switch"
            f" to the task it woke), {rep['repaired']['unknown']} unknown (the time before them is <unknown>)"]
@@ -497,6 +505,8 @@ def main(argv=None):
     ap.add_argument("--match", help="regex on /proc/PID/cmdline: every thread of the matching processes")
     ap.add_argument("--seconds", type=float, help="attach: trace this long (no command)")
     ap.add_argument("--threshold-us", type=float, default=200.0)
+    ap.add_argument("--window", metavar="A:B", help="count only off-CPU intervals beginning A..B s after the "
+                    "trace's first event (leave out a run's set-up and wind-down)")
     ap.add_argument("--poll", type=float, default=0.2, help="seconds between /proc scans while tracing")
     ap.add_argument("--buffer-kb", type=int, default=32768, help="per-CPU trace buffer")
     ap.add_argument("--json", help="write the report as JSON to this file")
@@ -532,7 +542,8 @@ def main(argv=None):
             with open(a.save_trace, "w") as f:
                 f.write(text)
     events = parse(text.splitlines())
-    rep = attribute(events, list(targets.tids), a.threshold_us, names=targets.tids)
+    window = tuple(float(x) for x in a.window.split(":")) if a.window else None
+    rep = attribute(events, list(targets.tids), a.threshold_us, names=targets.tids, window=window)
     rep["lost"] = lost
     rep["command"] = cmd
     print(table(rep), flush=True)

@@ -101,6 +101,10 @@ def test_offcpu_attributes_the_receivers_off_cpu_time():
     low = offcpu.attribute(offcpu.parse(TRACE), [100], threshold_us=10)["threads"][0]
     assert low["over_threshold"]["n"] == 3
     assert {t["task"]: t["total_us"] for t in low["takers"]}["python3-101"] == 550.0
+    # a window: only the intervals beginning 5-8 ms after the first event
+    win = offcpu.attribute(offcpu.parse(TRACE), [100], threshold_us=10, window=(0.005, 0.008))["threads"][0]
+    assert win["off"]["preempted"]["n"] == 1 and win["off"]["preempted"]["max_us"] == 50.0
+    assert win["off"]["sleeping"]["n"] == 0
     # the whole trace's time per CPU
     cpu1 = {t["task"]: t["ms"] for t in rep["cpus"]["1"]}
     assert cpu1["kdamond.0-77"] == 3.0 and cpu1["<idle>"] == 0.3
