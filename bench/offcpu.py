@@ -19,13 +19,18 @@ Per thread it prints its off-CPU intervals by the state it left the CPU in
 p50/p99/max, and for the intervals over --threshold-us (200 by default)
 which tasks ran on the CPU it left meanwhile, for how long in total, in how
 many of those intervals and at most in one.  Their time beyond the
-threshold (`excess`) is what a receiver at a fixed rate pays in messages
-later than the threshold: at 100 k msgs/s every 10 us of it is one more
-message over it.  For sleeping intervals the
-part between the wake-up and getting the CPU back (`wake->run`) is
-reported too: that part is the scheduler's, the rest the thread's own wait.
-Also the busiest tasks on each CPU over the whole trace.  --json FILE
-writes the same as JSON.
+threshold (`excess`) bounds what a fixed-rate stream pays for them: at
+100 k msgs/s each 10 us of it delays at least one message past the
+threshold (more with the catch-up after a gap).  For sleeping intervals
+the part between the wake-up and getting the CPU back (`wake->run`) is
+reported too: that part is the scheduler's, the rest the thread's own
+wait.  Also the busiest tasks on each CPU over the whole trace.
+--window A:B counts only the intervals beginning A..B s after the trace's
+first event (a run's measured part); --json FILE writes the same as JSON.
+
+Switches the trace missed are put back first (repair(): this VM's traces
+lack CPU 1's switches out of idle, and some of other tasks'), and the
+report says how many were inferred and how many are unknown.
 
 The trace is recorded in a tracefs instance of its own
 (instances/offcpu-PID: its own buffer, events, clock and on/off switch),
