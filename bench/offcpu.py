@@ -50,8 +50,6 @@ import sys
 import time
 from collections import defaultdict
 
-import numpy as np
-
 TRACEFS = "/sys/kernel/tracing"
 EVENTS = ("sched/sched_switch", "sched/sched_wakeup")
 
@@ -251,6 +249,7 @@ def pct(values_ns):
     """count, total ms, p50/p99/max us of a list of ns."""
     if not values_ns:
         return {"n": 0, "total_ms": 0.0, "p50_us": None, "p99_us": None, "max_us": None}
+    import numpy as np      # here, not at the top: the tracer starts no OpenBLAS threads while it traces
     a = np.asarray(values_ns, dtype=np.float64) / 1e3
     p50, p99 = np.percentile(a, [50, 99])
     return {"n": int(a.size), "total_ms": round(float(a.sum()) / 1e3, 3), "p50_us": round(float(p50), 1),
