@@ -8,9 +8,13 @@ loopback and two thread wake-ups is measured on the same machine and run.
 
 --spin: both sides poll a non-blocking socket instead of sleeping in recv
 (no wake-up at all: what is left is syscalls and loopback).
+--pin: the ping runs on this process's first CPU, the pong on its last (as
+`rpbcast stress --pin` places a sender and a receiver), so two spinners do
+not share a core.
 """
 import argparse
 import errno
+import os
 import socket
 import struct
 import sys
@@ -47,7 +51,14 @@ def recv(s, spin):
                 raise
 
 
+def pin(args, last):
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[-1] if last else cpus[0]})
+
+
 def pong(args):
+    pin(args, last=True)
     s = sock("ping")
     s.settimeout(None)
     print("READY", flush=True)
@@ -58,6 +69,7 @@ def pong(args):
 
 
 def ping(args):
+    pin(args, last=False)
     s = sock("pong")
     dst = GROUPS["ping"]
     warm = max(1, args.count // 10)
@@ -87,6 +99,7 @@ def main():
     b.add_argument("max_s", type=float)
     for p in (a, b):
         p.add_argument("--spin", action="store_true")
+        p.add_argument("--pin", action="store_true")
     args = ap.parse_args()
     (ping if args.role == "ping" else pong)(args)
 
