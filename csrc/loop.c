@@ -198,7 +198,12 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
      * acknowledgments coming; a publisher between its waits is no reason
      * to hold the tail probe back */
     int64_t due = blind && (!pub_owned || l->app_waiting > 0) ? INT64_MAX : probe_due(l);
-    int64_t wait = (due < l->next_timer ? due : l->next_timer) - now;
+    /* a spinning application runs the timers itself (app_keeps_time), or
+     * will within microseconds (owned): waking for them here would preempt
+     * it on its own CPU -- a control turn every flow_report_interval was
+     * the spinner's p99 */
+    int64_t timer = l->app_keeps_time > 0 || owned ? INT64_MAX : l->next_timer;
+    int64_t wait = (due < timer ? due : timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
     if (wait > 100000000)
@@ -383,7 +388,7 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
         if (ready[k] && l->socks[k])
             got += rx_socket(l, k, real_minus_mono);
     int64_t now = rp_now_ns();          /* after the receive work: timers are judged now */
-    if (l->control && (now >= l->next_timer || n->nack_pending)) {
+    if (l->control && !l->app_keeps_time && (now >= l->next_timer || n->nack_pending)) {
         int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
         l->next_timer = run_control(l, now, why);
     }
@@ -413,6 +418,17 @@ void rp_loop_run(rp_loop_t *l) {
         rp_loop_once(l, -1);
 }
 
+/* The application thread keeps the node's time: it spins in a whole wait
+ * (app_keeps_time), or it is between two such waits (it received less than
+ * 10 x blind_max_ns ago and its last batch was not full). */
+static int app_has_time(const rp_loop_t *l, int64_t now) {
+    if (!l->app_owns_rx)
+        return 0;
+    if (l->app_keeps_time > 0)
+        return 1;
+    return !l->app_busy && l->app_waiting == 0 && now - l->app_seen_ns < 10 * l->blind_max_ns;
+}
+
 /* After a publish (mu held): send it now, and make sure the loop is awake
  * when the idle heartbeat (idle_after from now) and the tail probe fall due. */
 static void after_publish(rp_loop_t *l, int64_t now) {
@@ -425,8 +441,20 @@ static void after_publish(rp_loop_t *l, int64_t now) {
      * asleep past it wakes -- once: it then sleeps until the probe */
     if (l->probe_ns && !l->loop_blind && now + l->probe_ns < by)
         by = now + l->probe_ns;
-    if (l->sleep_until > by)
-        rp_loop_wake(l);
+    if (l->sleep_until <= by)
+        return;
+    if (app_has_time(l, now)) {
+        /* the spinner recomputes its deadline when app_fd is written (a
+         * thread other than it published); between its waits it does so
+         * when it next waits */
+        if (l->app_keeps_time > 0) {
+            uint64_t one = 1;
+            ssize_t r = write(l->app_fd, &one, sizeof(one));
+            (void)r;
+        }
+        return;
+    }
+    rp_loop_wake(l);
 }
 
 static int app_rx_once(rp_loop_t *l, int mask);
@@ -592,7 +620,7 @@ static int app_rx_once(rp_loop_t *l, int mask) {
     if (got >= RP_APP_BUSY_BATCH)
         l->app_busy = 1;        /* a stream, not a lone message: more is coming */
     l->delivered_signal = n->store.head;    /* the loop need not signal these */
-    if (handoff) {
+    if (handoff && !l->app_keeps_time) {
         l->n_app_handoffs++;
         rp_loop_wake(l);
     }
@@ -652,6 +680,23 @@ static int ready_mask(const struct pollfd *p, int np, int r, const int *sock_of)
     return mask;
 }
 
+/* A spinning wait's turn of the control plane (mu held): the control
+ * messages and gaps its receive found, slots retired, and the timers that
+ * fell due -- what the loop thread would be woken for, run here without a
+ * thread switch (the control plane takes the GIL, as in the loop thread). */
+static void keep_time(rp_loop_t *l) {
+    rp_node_t *n = l->node;
+    int64_t now = rp_now_ns();
+    int why = (l->ctl_pending ? RP_WHY_CTL : 0) | (n->nack_pending ? RP_WHY_NACK : 0) |
+              (now >= l->next_timer ? RP_WHY_TIMER : 0);
+    if (!why && !n->nretired)
+        return;
+    l->next_timer = run_control(l, now, why | (n->nretired ? RP_WHY_RX : 0));
+    l->ctl_pending = 0;
+    l->n_app_control++;
+    rp_loop_flush(l);
+}
+
 /* Only the sockets ppoll said are readable are read (`mask`, bit k: socket
  * k): a wait costs ppoll + one recvmmsg per message, not a recvmmsg on every
  * socket before and after every sleep (three of four came back empty).  The
@@ -663,10 +708,13 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
     int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
     int whole = spin_ns < 0;    /* receive_mode "spin" */
     int64_t spin_end = whole ? deadline : t0 + (spin_ns > 0 ? spin_ns : 0);
+    int keep = whole && l->app_owns_rx && l->control;     /* runs the control plane itself */
     uint64_t pending = 0;
     int mask = 0;
     if (whole)
         __atomic_add_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);
+    if (keep)
+        __atomic_add_fetch(&l->app_keeps_time, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     l->app_busy = 0;
     for (;;) {
@@ -674,9 +722,13 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         int own = l->app_rx && !l->closing;
         if (own && mask)
             app_rx_once(l, mask);
+        if (own && keep)
+            keep_time(l);
         if (own && probe(l, rp_now_ns()))
             rp_loop_flush(l);
         int64_t due = own ? probe_due(l) : INT64_MAX;
+        if (own && keep && l->next_timer < due)
+            due = l->next_timer;
         pending = rp_node_pending(l->node);
         int ctl = l->ctl_pending;
         pthread_mutex_unlock(&l->mu);
@@ -710,6 +762,8 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
     }
     l->app_seen_ns = rp_now_ns();      /* (before app_waiting drops: wait_input reads both) */
     __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    if (keep)
+        __atomic_sub_fetch(&l->app_keeps_time, 1, __ATOMIC_SEQ_CST);
     if (whole)
         __atomic_sub_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);
     /* Traffic in full batches: this thread now goes off to consume them, so

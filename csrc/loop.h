@@ -97,7 +97,7 @@ typedef struct {
     uint64_t n_app_rx_empty;  /* the application's recvmmsg that found nothing */
     volatile int app_spinning; /* application threads spinning for a whole wait
                                 * (receive_mode "spin"): the loop stays parked
-                                * until its next timer or 10 x blind_max_ns */
+                                * 10 x blind_max_ns at a time (app_keeps_time) */
     uint64_t n_control_ns, max_control_ns;  /* time in control-plane calls (mu held) */
     /* The application's takes against the loop's receive batches (mu is not
      * fair: rp_loop_lock_app).  app_lock_want: application threads blocked
@@ -124,6 +124,11 @@ typedef struct {
                               * wait's batch was full (app_busy) */
     volatile int64_t app_seen_ns; /* when the application last received: a
                                    * wait ended, or a take (with app_owns_rx) */
+    volatile int app_keeps_time;  /* a spinning wait (receive_mode "spin") runs the
+                                   * control plane itself -- its timers, control
+                                   * messages and gaps -- instead of waking the loop
+                                   * thread onto the CPU it spins on */
+    uint64_t n_app_control;       /* control-plane calls run by a spinning wait */
 } rp_loop_t;
 
 /* An application receive of this many datagrams or more is a stream, not
@@ -163,7 +168,10 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
  * spin_ns < 0: spin for the whole wait, never sleeping (the caller bounds
  * timeout_ns so that Python's signal handlers still run).
  * Control messages and gaps in its batch are handed to the loop
- * thread (woken), never run here.  Returns the deliveries pending (> 0), or 0
+ * thread (woken) -- except in a whole-wait spin (receive_mode "spin"),
+ * which runs them and the due timers itself, under mu, as the loop thread
+ * would (the loop sleeps meanwhile: woken, it would preempt the spinner on
+ * its own CPU and the spinner would wait for it).  Returns the deliveries pending (> 0), or 0
  * on timeout.  Call without mu held, from a threaded loop only. */
 uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns);
 

@@ -756,6 +756,7 @@ cdef extern from "loop.h" nogil:
         int64_t app_seen_ns
         int64_t blind_max_ns
         uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins, n_app_rx_empty
+        uint64_t n_app_control
         uint32_t yield_batches
         int64_t yield_max_ns
         uint64_t n_app_yields, n_app_lock_waits, n_handover_timeouts, max_app_wait_batches, max_app_lock_wait_ns

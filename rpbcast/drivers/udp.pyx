@@ -800,6 +800,9 @@ cdef class Transport:
                      "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
                      "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty,
+                     # control-plane calls a spinning wait ran itself (receive_mode
+                     # "spin": its timers, control messages and gaps, no loop wake-up)
+                     "app_control": self.loop.n_app_control,
                      "tail_probes": self.loop.n_probes,
                      # takes against the loop's receive batches (rp_loop_lock_app):
                      # turns the loop cut short for a waiting take, the most
