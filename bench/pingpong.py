@@ -130,7 +130,7 @@ def loop_counters(node):
     lp, sk = d["loop"], d["sock"]
     c = {"iterations": lp["iterations"], "wakeups": lp["wakeups"], "control_calls": lp["control_calls"],
          "rx_calls": sk["rx_calls"], "tx_calls": sk["tx_calls"]}
-    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty", "control_us", "tail_probes"):  # trees that count them
+    for k in ("app_signals", "app_rx_dgrams", "app_rx_empty", "app_control", "control_us", "tail_probes"):  # trees that count them
         if k in lp:
             c[k] = lp[k]
     return c
