@@ -54,6 +54,9 @@ typedef struct {
     int64_t probe_ns;        /* the tail probe: a HEARTBEAT this long after the
                               * last publish, once per silence (0: none) */
     uint64_t probed;         /* next_seq the last tail probe covered */
+    int64_t probe_hold;      /* a dense stream: the loop looks for its silence no
+                              * earlier than this (probe_look) */
+    uint64_t probe_look_seq; /* next_seq when the loop last looked */
     uint64_t n_probes;
     uint64_t delivered_signal; /* deliveries at the last app signal */
     double drop_rate;        /* in-process loss (tests without root) */

@@ -45,6 +45,14 @@ def _delta(st, st0, key):
     return st["loop"].get(key, 0) - st0["loop"].get(key, 0)
 
 
+def _loop_control(st, st0):
+    """Control-plane calls the loop thread ran (all, less the spinner's):
+    its own look every 10 ms, and what it read after a full batch handed it
+    the sockets (a stream: app_busy) -- not a turn per report or control
+    message, as before."""
+    return _delta(st, st0, "control_calls") - _delta(st, st0, "app_control")
+
+
 def _receive_all(b, got, n, seconds=30):
     end = time.monotonic() + seconds
     while len(got) < n and time.monotonic() < end:
@@ -55,8 +63,8 @@ def test_the_spinning_wait_runs_the_timers_and_control_messages_the_loop_sleeps(
     """A message every millisecond for ~0.4 s, a flow report due every
     millisecond, and control messages coming in (the publisher's reports on
     the receiver's own stream): the spinning receiver runs them all itself
-    -- no hand-off to the loop thread, which woke a few times (at most once
-    per 10 ms) instead of once per report.  Every message is delivered
+    -- the loop thread ran a few of them at most, and woke about once per
+    10 ms instead of once per report.  Every message is delivered
     once, and the publisher's send buffer is released by the reports the
     spinner sent."""
     n = 400
@@ -77,7 +85,7 @@ def test_the_spinning_wait_runs_the_timers_and_control_messages_the_loop_sleeps(
         ran = _delta(st, st0, "app_control")
         # flow reports alone: one per millisecond of the run
         assert ran >= 0.5 * n, (ran, st["loop"])
-        assert _delta(st, st0, "app_handoffs") == 0, st["loop"]
+        assert _loop_control(st, st0) <= 0.3 * ran, st["loop"]
         woke = _delta(st, st0, "wakeups")
         # the loop's own look every 10 ms while the application spins
         # (before: one wake-up per report, >= n)
@@ -89,8 +97,8 @@ def test_the_spinning_wait_runs_the_timers_and_control_messages_the_loop_sleeps(
 
 def test_gaps_found_by_the_spinning_wait_are_pulled_without_the_loop_thread():
     """5 % of the datagrams dropped at the receiver: the spinner finds the
-    gaps and runs the pulls itself (no hand-off), and gets every message
-    exactly once."""
+    gaps and runs the pulls itself (the loop thread runs few control calls),
+    and gets every message exactly once."""
     n = 300
     a, b = pair(receive_mode="spin", drop_rate=0.05)
     try:
@@ -103,8 +111,9 @@ def test_gaps_found_by_the_spinning_wait_are_pulled_without_the_loop_thread():
         t.join()
         st = b.stats()
         assert got == {k: 1 for k in range(n)}, f"missing {sorted(set(range(n)) - set(got))[:10]}"
-        assert _delta(st, st0, "app_handoffs") == 0, st["loop"]
-        assert _delta(st, st0, "app_control") > 0, st["loop"]
+        ran = _delta(st, st0, "app_control")
+        assert ran > 0, st["loop"]
+        assert _loop_control(st, st0) <= 0.3 * ran, st["loop"]
     finally:
         close(a, b)
 
