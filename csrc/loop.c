@@ -482,7 +482,7 @@ static void after_publish(rp_loop_t *l, int64_t now) {
     rp_loop_wake(l);
 }
 
-static int app_rx_once(rp_loop_t *l, int mask);
+static int app_rx_once(rp_loop_t *l, int mask, int keeps);
 
 /* The publisher reads the sockets in `mask` (mu held), for the
  * acknowledgments in them.  Deliveries it read for a receiving thread of
@@ -491,7 +491,7 @@ static int app_rx_once(rp_loop_t *l, int mask);
 static int publisher_rx(rp_loop_t *l, int mask) {
     rp_node_t *n = l->node;
     uint64_t head = n->store.head;
-    int got = app_rx_once(l, mask);
+    int got = app_rx_once(l, mask, 0);
     if (got <= 0)
         return 0;
     l->n_win_rx++;
@@ -610,8 +610,10 @@ void rp_loop_unlock(rp_loop_t *l) { pthread_mutex_unlock(&l->mu); }
 
 /* The application thread's receive (mu held): what the sockets hold now into
  * the node.  A batch with control messages or a new gap stops it and wakes the
- * loop thread, which runs the control plane (Python) off this thread's path. */
-static int app_rx_once(rp_loop_t *l, int mask) {
+ * loop thread, which runs the control plane (Python) off this thread's path --
+ * unless `keeps`: the spinning wait that called runs them itself next, and
+ * one that keeps time while another thread reads is told through app_fd. */
+static int app_rx_once(rp_loop_t *l, int mask, int keeps) {
     rp_node_t *n = l->node;
     if (l->ctl_pending)
         return 0;
@@ -645,9 +647,17 @@ static int app_rx_once(rp_loop_t *l, int mask) {
     if (got >= RP_APP_BUSY_BATCH)
         l->app_busy = 1;        /* a stream, not a lone message: more is coming */
     l->delivered_signal = n->store.head;    /* the loop need not signal these */
-    if (handoff && !l->app_keeps_time) {
+    if (handoff && !keeps) {
         l->n_app_handoffs++;
-        rp_loop_wake(l);
+        if (l->app_keeps_time > 0) {
+            /* a spinning wait keeps time (not this thread: a publisher
+             * reading its acknowledgments): it runs them when it looks */
+            uint64_t one = 1;
+            ssize_t r = write(l->app_fd, &one, sizeof(one));
+            (void)r;
+        } else {
+            rp_loop_wake(l);
+        }
     }
     if (got)
         rp_loop_flush(l);
@@ -746,7 +756,7 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         pthread_mutex_lock(&l->mu);
         int own = l->app_rx && !l->closing;
         if (own && mask)
-            app_rx_once(l, mask);
+            app_rx_once(l, mask, keep);
         if (own && keep)
             keep_time(l);
         if (own && probe(l, rp_now_ns()))
