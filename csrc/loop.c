@@ -223,7 +223,9 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
      * will within microseconds (owned): waking for them here would preempt
      * it on its own CPU -- a control turn every flow_report_interval was
      * the spinner's p99 */
-    int64_t timer = l->app_keeps_time > 0 || owned ? INT64_MAX : l->next_timer;
+    int64_t kept_away = now - l->app_kept_ns;
+    int app_time = l->app_keeps_time > 0 || (owned && kept_away < owned_for);
+    int64_t timer = app_time ? INT64_MAX : l->next_timer;
     int64_t wait = (due < timer ? due : timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
@@ -235,6 +237,8 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t blind_max = l->app_spinning ? 10 * l->blind_max_ns : l->blind_max_ns;
     if (owned)
         blind_max = owned_for - away;           /* look again when that time is up */
+    if (app_time && l->app_keeps_time == 0 && owned_for - kept_away < blind_max)
+        blind_max = owned_for - kept_away;      /* its timers are the loop's again then */
     if (pub_owned)
         blind_max = l->app_waiting > 0 ? owned_for : owned_for - pub_away;
     if (blind && wait > blind_max)
@@ -448,7 +452,9 @@ static int app_has_time(const rp_loop_t *l, int64_t now) {
         return 0;
     if (l->app_keeps_time > 0)
         return 1;
-    return !l->app_busy && l->app_waiting == 0 && now - l->app_seen_ns < 10 * l->blind_max_ns;
+    int64_t owned_for = 10 * l->blind_max_ns;
+    return !l->app_busy && l->app_waiting == 0 && now - l->app_seen_ns < owned_for &&
+           now - l->app_kept_ns < owned_for;
 }
 
 /* After a publish (mu held): send it now, and make sure the loop is awake
@@ -603,6 +609,12 @@ int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
     int rc = rp_loop_set_fanout_locked(l, addrs, n);
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+int rp_loop_app_poll(rp_loop_t *l) {
+    if (!l->app_rx || l->closing)
+        return 0;
+    return app_rx_once(l, 3, 0);
 }
 
 void rp_loop_lock(rp_loop_t *l) { pthread_mutex_lock(&l->mu); }
@@ -796,6 +808,8 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         }
     }
     l->app_seen_ns = rp_now_ns();      /* (before app_waiting drops: wait_input reads both) */
+    if (keep)
+        l->app_kept_ns = l->app_seen_ns;
     __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     if (keep)
         __atomic_sub_fetch(&l->app_keeps_time, 1, __ATOMIC_SEQ_CST);

@@ -132,6 +132,11 @@ typedef struct {
                                    * messages and gaps -- instead of waking the loop
                                    * thread onto the CPU it spins on */
     uint64_t n_app_control;       /* control-plane calls run by a spinning wait */
+    volatile int64_t app_kept_ns; /* when a spinning wait that kept time last ended: the
+                                   * loop leaves the timers to the application for 10 x
+                                   * blind_max_ns after (a take without a wait does not
+                                   * count: an application that takes and takes again
+                                   * never runs them) */
 } rp_loop_t;
 
 /* An application receive of this many datagrams or more is a stream, not
@@ -250,5 +255,12 @@ uint64_t rp_loop_take_count(const rp_loop_t *l);
 /* After the application took deliveries (mu held): send the flow
  * acknowledgments now due (flowack.h). */
 void rp_loop_after_take(rp_loop_t *l);
+
+/* A take that found nothing while the sockets are the application's
+ * (receive_mode "spin", mu held): read them now, without waiting -- the
+ * loop does not look while the application owns them, and an application
+ * that only takes would otherwise never see what arrived.  Returns the
+ * datagrams read. */
+int rp_loop_app_poll(rp_loop_t *l);
 
 #endif

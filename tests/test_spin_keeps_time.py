@@ -158,3 +158,31 @@ def test_the_sleeping_wait_still_hands_control_to_the_loop():
         assert _delta(st, st0, "control_calls") >= 0.5 * n, st["loop"]
     finally:
         close(a, b)
+
+
+def test_an_application_that_takes_without_waiting_has_its_timers_run_by_the_loop():
+    """After one spinning wait the application only takes (recv_batch in a
+    loop, never waiting: a consumer draining a stream).  A take keeps the
+    sockets its own, but it runs no timers: the loop thread must, or the
+    receiver's flow reports stop and its publisher's send buffer is never
+    released (a sender then stalls at its send window)."""
+    n = 200
+    a, b = pair(receive_mode="spin")
+    try:
+        time.sleep(0.2)
+        got = {}
+        take(b, got, 0.01)                  # a wait that kept time, then takes only
+        t = _stream(a, n, 0.001)
+        buf = bytearray(1 << 16)
+        taken = 0
+        released = False
+        end = time.monotonic() + 5
+        while time.monotonic() < end and not (released and taken >= n):
+            taken += b.recv_batch(64, buf).count
+            if not t.is_alive() and not released:
+                released = bool(a.send_buffer())
+        t.join()
+        assert taken == n
+        assert released, a.send_buffer()
+    finally:
+        close(a, b)

@@ -121,6 +121,7 @@ cdef extern from "loop.h" nogil:
     void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park)
     void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps)
     uint64_t rp_loop_take_count(const rp_loop_t *l)
+    int rp_loop_app_poll(rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -635,11 +636,20 @@ cdef class Transport:
         take acknowledges what it took to the flow window at once (every
         application take goes through here, so none is left out)."""
         cdef size_t k
+        # receive_mode "spin": the sockets are this thread's between its waits,
+        # so a take that finds nothing reads them (once) and takes again -- an
+        # application that only takes, never waiting, is not left with what
+        # arrived unread (the loop does not look while they are its own)
+        cdef int tries = 2 if self.loop.app_owns_rx else 1
         with nogil:
             rp_loop_lock_app(&self.loop)    # a waiting take is let in within a few loop batches
-            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
-                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
-                                buf.shape[0], rp_now_ns())
+            while True:
+                k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
+                                    &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
+                                    buf.shape[0], rp_now_ns())
+                tries -= 1
+                if k or not tries or rp_loop_app_poll(&self.loop) <= 0:
+                    break
             if k:
                 rp_loop_after_take(&self.loop)
             if self.loop.app_owns_rx:
