@@ -60,11 +60,11 @@ def _receive_all(b, got, n, seconds=30):
 
 
 def test_the_spinning_wait_runs_the_timers_and_control_messages_the_loop_sleeps():
-    """A message every millisecond for ~0.4 s, a flow report due every
-    millisecond, and control messages coming in (the publisher's reports on
+    """A message every millisecond for ~0.4 s, the flow report's tick every
+    1-16 ms, and control messages coming in (the publisher's reports on
     the receiver's own stream): the spinning receiver runs them all itself
     -- the loop thread ran a few of them at most, and woke about once per
-    10 ms instead of once per report.  Every message is delivered
+    10 ms instead of once per tick.  Every message is delivered
     once, and the publisher's send buffer is released by the reports the
     spinner sent."""
     n = 400
@@ -83,8 +83,8 @@ def test_the_spinning_wait_runs_the_timers_and_control_messages_the_loop_sleeps(
         st = b.stats()
         assert got == {k: 1 for k in range(n)}, f"missing {n - len(got)}"
         ran = _delta(st, st0, "app_control")
-        # flow reports alone: one per millisecond of the run
-        assert ran >= 0.5 * n, (ran, st["loop"])
+        # the flow report's ticks alone: one per 1-16 ms of the run
+        assert ran >= 10, (ran, st["loop"])
         assert _loop_control(st, st0) <= 0.3 * ran, st["loop"]
         woke = _delta(st, st0, "wakeups")
         # the loop's own look every 10 ms while the application spins
@@ -155,7 +155,7 @@ def test_the_sleeping_wait_still_hands_control_to_the_loop():
         st = b.stats()
         assert got == {k: 1 for k in range(n)}
         assert _delta(st, st0, "app_control") == 0, st["loop"]
-        assert _delta(st, st0, "control_calls") >= 0.5 * n, st["loop"]
+        assert _delta(st, st0, "control_calls") >= 10, st["loop"]
     finally:
         close(a, b)
 
