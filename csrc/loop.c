@@ -175,6 +175,26 @@ static int probe(rp_loop_t *l, int64_t now) {      /* mu held */
     return 1;
 }
 
+/* The idle heartbeat's deadline, when the loop keeps it (idle_driven):
+ * idle_after after the last publish, once per silence. */
+static int64_t idle_due(const rp_loop_t *l) {
+    const rp_node_t *n = l->node;
+    if (!l->idle_driven || !n->next_seq || l->idle_seq == n->next_seq)
+        return INT64_MAX;
+    return n->last_publish + l->idle_after_ns;
+}
+
+/* When the control plane is next due for a timer: its own, or the idle
+ * heartbeat's. */
+static int64_t timer_due(const rp_loop_t *l) {
+    int64_t t = idle_due(l);
+    return l->next_timer < t ? l->next_timer : t;
+}
+
+/* A control call for the timers at `now` (mu held): the silence it covers
+ * is announced (the control plane's heartbeats send the idle heartbeat). */
+static int64_t run_timers(rp_loop_t *l, int64_t now, int why);
+
 /* Wait for input until the next timer is due (at most max_wait_ns, and
  * 100 ms); ready[k] marks socket k (2: the wake eventfd).  A busy-polling
  * loop does not wait.  While the application thread waits on the sockets
@@ -225,7 +245,7 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
      * the spinner's p99 */
     int64_t kept_away = now - l->app_kept_ns;
     int app_time = l->app_keeps_time > 0 || (owned && kept_away < owned_for);
-    int64_t timer = app_time ? INT64_MAX : l->next_timer;
+    int64_t timer = app_time ? INT64_MAX : timer_due(l);
     int64_t wait = (due < timer ? due : timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
@@ -303,6 +323,12 @@ static int64_t run_control(rp_loop_t *l, int64_t now, int why) {
     if (d > l->max_control_ns)
         l->max_control_ns = d;
     return t;
+}
+
+static int64_t run_timers(rp_loop_t *l, int64_t now, int why) {
+    if ((why & RP_WHY_TIMER) && now >= idle_due(l))
+        l->idle_seq = l->node->next_seq;
+    return run_control(l, now, why);
 }
 
 /* ---- The application's takes against the loop's batches ----
@@ -413,9 +439,9 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
         if (ready[k] && l->socks[k])
             got += rx_socket(l, k, real_minus_mono);
     int64_t now = rp_now_ns();          /* after the receive work: timers are judged now */
-    if (l->control && !l->app_keeps_time && (now >= l->next_timer || n->nack_pending)) {
-        int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
-        l->next_timer = run_control(l, now, why);
+    if (l->control && !l->app_keeps_time && (now >= timer_due(l) || n->nack_pending)) {
+        int why = (now >= timer_due(l) ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
+        l->next_timer = run_timers(l, now, why);
     }
     probe_look(l, now);
     probe(l, now);
@@ -461,10 +487,12 @@ static int app_has_time(const rp_loop_t *l, int64_t now) {
  * when the idle heartbeat (idle_after from now) and the tail probe fall due. */
 static void after_publish(rp_loop_t *l, int64_t now) {
     rp_loop_flush(l);
-    int64_t t = now + l->idle_after_ns;
-    if (t < l->next_timer)
-        l->next_timer = t;
-    int64_t by = l->next_timer;
+    if (!l->idle_driven) {
+        int64_t t = now + l->idle_after_ns;
+        if (t < l->next_timer)
+            l->next_timer = t;
+    }
+    int64_t by = timer_due(l);
     /* the tail probe: unless the application waits (it probes), a loop
      * asleep past it wakes -- once: it then sleeps until the probe */
     int64_t pd = now + l->probe_ns;
@@ -735,10 +763,10 @@ static void keep_time(rp_loop_t *l) {
     rp_node_t *n = l->node;
     int64_t now = rp_now_ns();
     int why = (l->ctl_pending ? RP_WHY_CTL : 0) | (n->nack_pending ? RP_WHY_NACK : 0) |
-              (now >= l->next_timer ? RP_WHY_TIMER : 0);
+              (now >= timer_due(l) ? RP_WHY_TIMER : 0);
     if (!why && !n->nretired)
         return;
-    l->next_timer = run_control(l, now, why | (n->nretired ? RP_WHY_RX : 0));
+    l->next_timer = run_timers(l, now, why | (n->nretired ? RP_WHY_RX : 0));
     l->ctl_pending = 0;
     l->n_app_control++;
     rp_loop_flush(l);
@@ -774,8 +802,8 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         if (own && probe(l, rp_now_ns()))
             rp_loop_flush(l);
         int64_t due = own ? probe_due(l) : INT64_MAX;
-        if (own && keep && l->next_timer < due)
-            due = l->next_timer;
+        if (own && keep && timer_due(l) < due)
+            due = timer_due(l);
         pending = rp_node_pending(l->node);
         int ctl = l->ctl_pending;
         pthread_mutex_unlock(&l->mu);

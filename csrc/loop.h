@@ -54,6 +54,12 @@ typedef struct {
     int64_t probe_ns;        /* the tail probe: a HEARTBEAT this long after the
                               * last publish, once per silence (0: none) */
     uint64_t probed;         /* next_seq the last tail probe covered */
+    int idle_driven;         /* the idle heartbeat's deadline is the loop's (heartbeats.py
+                              * hand_idle_to_driver): last_publish + idle_after_ns, once
+                              * per silence -- not a control-plane timer that a stream
+                              * moves and that woke the control plane every idle_after
+                              * for nothing while it lasted */
+    uint64_t idle_seq;       /* next_seq the last idle deadline covered */
     int64_t probe_hold;      /* a dense stream: the loop looks for its silence no
                               * earlier than this (probe_look) */
     uint64_t probe_look_seq; /* next_seq when the loop last looked */

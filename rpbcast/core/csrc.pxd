@@ -743,6 +743,7 @@ cdef extern from "loop.h" nogil:
         void *ctx
         int64_t next_timer
         int64_t idle_after_ns
+        int idle_driven
         int64_t probe_ns
         uint64_t n_probes
         double drop_rate

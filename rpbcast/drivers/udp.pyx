@@ -289,6 +289,12 @@ cdef class Transport:
         if hb is not None and hb.hand_probe_to_driver():
             self._hb = hb
             self.loop.probe_ns = hb.driver_probe_ns()
+        # and the idle heartbeat's deadline (last publish + idle_after): a
+        # control-plane timer on it, moved by every message, called the
+        # control plane every idle_after for nothing while a stream lasted
+        if hb is not None and not self.raw and hasattr(hb, "hand_idle_to_driver"):
+            self.loop.idle_after_ns = hb.hand_idle_to_driver()
+            self.loop.idle_driven = 1
         rp_loop_set_window(&self.loop, getattr(engine.cfg, "send_window", 0))
         self.loop.drop_rate = drop_rate
         self.loop.rng = seed or ((bind_port * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF)
