@@ -471,8 +471,9 @@ void rp_loop_run(rp_loop_t *l) {
 }
 
 /* The application thread keeps the node's time: it spins in a whole wait
- * (app_keeps_time), or it is between two such waits (it received less than
- * 10 x blind_max_ns ago and its last batch was not full). */
+ * (app_keeps_time), or it is between two such waits (one ended, and it
+ * last received, less than 10 x blind_max_ns ago, and its last batch was
+ * not full). */
 static int app_has_time(const rp_loop_t *l, int64_t now) {
     if (!l->app_owns_rx)
         return 0;
