@@ -241,7 +241,7 @@ class HoldForReceivers(HoldForLoggers):
         self._tick = {}                 # slot -> its frontier at the previous report tick
         self._report_ns = _ns(cfg.flow_report_interval)
         # A stream still flowing is reported once it moved this far (or every
-        # 16 intervals; at once when it pauses): its sender needs the report
+        # 16 intervals; at the first tick after it pauses): its sender needs the report
         # to release its send buffer before send_window fills, not every 2 ms
         # -- a report is a control turn on both ends, tens of microseconds
         # in a spinning receiver's path (docs/performance.md, "The spinning
@@ -268,12 +268,14 @@ class HoldForReceivers(HoldForLoggers):
 
     def _stretch(self, moved):
         """Report intervals to the next tick: one while a stream moves fast
-        (its sender's window needs the reports), up to 16 while the fastest
+        (its sender's window needs the reports), up to 4 while the fastest
         moved less: the next tick then finds at most about _min_move / 2
         new messages.  Each tick is a control turn -- in a spinning
         receiver, tens of microseconds inline; one every 2 ms was a round
-        trip in a hundred."""
-        return max(1, min(16, self._min_move // (2 * moved + 1)))
+        trip in a hundred.  (Not more than 4: a stream that jumps from a
+        trickle to line rate is seen within 8 ms, before it can fill a
+        send window of 131,072 at 8 M msgs/s.)"""
+        return max(1, min(4, self._min_move // (2 * moved + 1)))
 
     def receivers(self):
         """The members whose reports hold our messages back (declared failed
