@@ -299,7 +299,7 @@ def recv(args):
             " ".join(f"{(b - a) / 1e3:.0f}us:{w}" for a, b, w in slow[:12])), flush=True)
     print("CTXSW (voluntary/involuntary during the run) " + " ".join(cs), flush=True)
     lp0, lp1 = st0["loop"], st["loop"]
-    keys = ("iterations", "wakeups", "control_calls", "app_signals", "app_handoffs", "app_rx_dgrams", "tail_probes",
+    keys = ("iterations", "wakeups", "control_calls", "app_control", "app_signals", "app_handoffs", "app_rx_dgrams", "tail_probes",
             "app_lock_waits")
     print("LOOP (during the run) " + " ".join(f"{k}={lp1[k] - lp0[k]}" for k in keys if k in lp1)
           + f" rx_dgrams={st['sock']['rx_dgrams'] - st0['sock']['rx_dgrams']}"

@@ -141,7 +141,28 @@ static int64_t probe_due(const rp_loop_t *l) {
     const rp_node_t *n = l->node;
     if (!l->probe_ns || !n->next_seq || l->probed == n->next_seq)
         return INT64_MAX;
-    return n->last_publish + l->probe_ns;
+    int64_t due = n->last_publish + l->probe_ns;
+    return due > l->probe_hold ? due : l->probe_hold;
+}
+
+/* A dense stream is its own tail probe: its next message, microseconds
+ * later, shows a receiver the loss of this one.  Yet a loop that looked for
+ * its silence every probe_ns woke that often while it lasted -- at 100 k
+ * msgs/s one wake-up per 20 messages, each preempting the publisher on its
+ * CPU.  So once a look finds RP_PROBE_DENSE publishes since the last one and
+ * the stream still going, the next look is RP_PROBE_BACKOFF x probe_ns
+ * later: the probe of a dense stream's last message goes out at most that
+ * much later than a sparse stream's (a ping-pong, a trickle: unchanged). */
+#define RP_PROBE_DENSE 8
+#define RP_PROBE_BACKOFF 4
+static void probe_look(rp_loop_t *l, int64_t now) {     /* mu held, the loop thread */
+    const rp_node_t *n = l->node;
+    if (!l->probe_ns || now < l->probe_hold)
+        return;
+    uint64_t since = n->next_seq - l->probe_look_seq;
+    l->probe_look_seq = n->next_seq;
+    int going = now - n->last_publish < l->probe_ns;
+    l->probe_hold = since >= RP_PROBE_DENSE && going ? now + RP_PROBE_BACKOFF * l->probe_ns : 0;
 }
 
 static int probe(rp_loop_t *l, int64_t now) {      /* mu held */
@@ -153,6 +174,26 @@ static int probe(rp_loop_t *l, int64_t now) {      /* mu held */
     l->n_probes++;
     return 1;
 }
+
+/* The idle heartbeat's deadline, when the loop keeps it (idle_driven):
+ * idle_after after the last publish, once per silence. */
+static int64_t idle_due(const rp_loop_t *l) {
+    const rp_node_t *n = l->node;
+    if (!l->idle_driven || !n->next_seq || l->idle_seq == n->next_seq)
+        return INT64_MAX;
+    return n->last_publish + l->idle_after_ns;
+}
+
+/* When the control plane is next due for a timer: its own, or the idle
+ * heartbeat's. */
+static int64_t timer_due(const rp_loop_t *l) {
+    int64_t t = idle_due(l);
+    return l->next_timer < t ? l->next_timer : t;
+}
+
+/* A control call for the timers at `now` (mu held): the silence it covers
+ * is announced (the control plane's heartbeats send the idle heartbeat). */
+static int64_t run_timers(rp_loop_t *l, int64_t now, int why);
 
 /* Wait for input until the next timer is due (at most max_wait_ns, and
  * 100 ms); ready[k] marks socket k (2: the wake eventfd).  A busy-polling
@@ -198,7 +239,14 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
      * acknowledgments coming; a publisher between its waits is no reason
      * to hold the tail probe back */
     int64_t due = blind && (!pub_owned || l->app_waiting > 0) ? INT64_MAX : probe_due(l);
-    int64_t wait = (due < l->next_timer ? due : l->next_timer) - now;
+    /* a spinning application runs the timers itself (app_keeps_time), or
+     * will within microseconds (owned): waking for them here would preempt
+     * it on its own CPU -- a control turn every flow_report_interval was
+     * the spinner's p99 */
+    int64_t kept_away = now - l->app_kept_ns;
+    int app_time = l->app_keeps_time > 0 || (owned && kept_away < owned_for);
+    int64_t timer = app_time ? INT64_MAX : timer_due(l);
+    int64_t wait = (due < timer ? due : timer) - now;
     if (max_wait_ns >= 0 && wait > max_wait_ns)
         wait = max_wait_ns;
     if (wait > 100000000)
@@ -209,6 +257,8 @@ static void wait_input(rp_loop_t *l, int64_t max_wait_ns, int ready[3]) {
     int64_t blind_max = l->app_spinning ? 10 * l->blind_max_ns : l->blind_max_ns;
     if (owned)
         blind_max = owned_for - away;           /* look again when that time is up */
+    if (app_time && l->app_keeps_time == 0 && owned_for - kept_away < blind_max)
+        blind_max = owned_for - kept_away;      /* its timers are the loop's again then */
     if (pub_owned)
         blind_max = l->app_waiting > 0 ? owned_for : owned_for - pub_away;
     if (blind && wait > blind_max)
@@ -273,6 +323,12 @@ static int64_t run_control(rp_loop_t *l, int64_t now, int why) {
     if (d > l->max_control_ns)
         l->max_control_ns = d;
     return t;
+}
+
+static int64_t run_timers(rp_loop_t *l, int64_t now, int why) {
+    if ((why & RP_WHY_TIMER) && now >= idle_due(l))
+        l->idle_seq = l->node->next_seq;
+    return run_control(l, now, why);
 }
 
 /* ---- The application's takes against the loop's batches ----
@@ -383,10 +439,11 @@ int rp_loop_once(rp_loop_t *l, int64_t max_wait_ns) {
         if (ready[k] && l->socks[k])
             got += rx_socket(l, k, real_minus_mono);
     int64_t now = rp_now_ns();          /* after the receive work: timers are judged now */
-    if (l->control && (now >= l->next_timer || n->nack_pending)) {
-        int why = (now >= l->next_timer ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
-        l->next_timer = run_control(l, now, why);
+    if (l->control && !l->app_keeps_time && (now >= timer_due(l) || n->nack_pending)) {
+        int why = (now >= timer_due(l) ? RP_WHY_TIMER : 0) | (n->nack_pending ? RP_WHY_NACK : 0);
+        l->next_timer = run_timers(l, now, why);
     }
+    probe_look(l, now);
     probe(l, now);
     rp_loop_flush(l);
     if (got)
@@ -413,23 +470,54 @@ void rp_loop_run(rp_loop_t *l) {
         rp_loop_once(l, -1);
 }
 
+/* The application thread keeps the node's time: it spins in a whole wait
+ * (app_keeps_time), or it is between two such waits (one ended, and it
+ * last received, less than 10 x blind_max_ns ago, and its last batch was
+ * not full). */
+static int app_has_time(const rp_loop_t *l, int64_t now) {
+    if (!l->app_owns_rx)
+        return 0;
+    if (l->app_keeps_time > 0)
+        return 1;
+    int64_t owned_for = 10 * l->blind_max_ns;
+    return !l->app_busy && l->app_waiting == 0 && now - l->app_seen_ns < owned_for &&
+           now - l->app_kept_ns < owned_for;
+}
+
 /* After a publish (mu held): send it now, and make sure the loop is awake
  * when the idle heartbeat (idle_after from now) and the tail probe fall due. */
 static void after_publish(rp_loop_t *l, int64_t now) {
     rp_loop_flush(l);
-    int64_t t = now + l->idle_after_ns;
-    if (t < l->next_timer)
-        l->next_timer = t;
-    int64_t by = l->next_timer;
+    if (!l->idle_driven) {
+        int64_t t = now + l->idle_after_ns;
+        if (t < l->next_timer)
+            l->next_timer = t;
+    }
+    int64_t by = timer_due(l);
     /* the tail probe: unless the application waits (it probes), a loop
      * asleep past it wakes -- once: it then sleeps until the probe */
-    if (l->probe_ns && !l->loop_blind && now + l->probe_ns < by)
-        by = now + l->probe_ns;
-    if (l->sleep_until > by)
-        rp_loop_wake(l);
+    int64_t pd = now + l->probe_ns;
+    if (pd < l->probe_hold)
+        pd = l->probe_hold;             /* a dense stream: probe_look */
+    if (l->probe_ns && !l->loop_blind && pd < by)
+        by = pd;
+    if (l->sleep_until <= by)
+        return;
+    if (app_has_time(l, now)) {
+        /* the spinner recomputes its deadline when app_fd is written (a
+         * thread other than it published); between its waits it does so
+         * when it next waits */
+        if (l->app_keeps_time > 0) {
+            uint64_t one = 1;
+            ssize_t r = write(l->app_fd, &one, sizeof(one));
+            (void)r;
+        }
+        return;
+    }
+    rp_loop_wake(l);
 }
 
-static int app_rx_once(rp_loop_t *l, int mask);
+static int app_rx_once(rp_loop_t *l, int mask, int keeps);
 
 /* The publisher reads the sockets in `mask` (mu held), for the
  * acknowledgments in them.  Deliveries it read for a receiving thread of
@@ -438,7 +526,7 @@ static int app_rx_once(rp_loop_t *l, int mask);
 static int publisher_rx(rp_loop_t *l, int mask) {
     rp_node_t *n = l->node;
     uint64_t head = n->store.head;
-    int got = app_rx_once(l, mask);
+    int got = app_rx_once(l, mask, 0);
     if (got <= 0)
         return 0;
     l->n_win_rx++;
@@ -552,13 +640,21 @@ int rp_loop_set_fanout(rp_loop_t *l, const uint64_t *addrs, uint32_t n) {
     return rc;
 }
 
+int rp_loop_app_poll(rp_loop_t *l) {
+    if (!l->app_rx || l->closing)
+        return 0;
+    return app_rx_once(l, 3, 0);
+}
+
 void rp_loop_lock(rp_loop_t *l) { pthread_mutex_lock(&l->mu); }
 void rp_loop_unlock(rp_loop_t *l) { pthread_mutex_unlock(&l->mu); }
 
 /* The application thread's receive (mu held): what the sockets hold now into
  * the node.  A batch with control messages or a new gap stops it and wakes the
- * loop thread, which runs the control plane (Python) off this thread's path. */
-static int app_rx_once(rp_loop_t *l, int mask) {
+ * loop thread, which runs the control plane (Python) off this thread's path --
+ * unless `keeps`: the spinning wait that called runs them itself next, and
+ * one that keeps time while another thread reads is told through app_fd. */
+static int app_rx_once(rp_loop_t *l, int mask, int keeps) {
     rp_node_t *n = l->node;
     if (l->ctl_pending)
         return 0;
@@ -592,9 +688,17 @@ static int app_rx_once(rp_loop_t *l, int mask) {
     if (got >= RP_APP_BUSY_BATCH)
         l->app_busy = 1;        /* a stream, not a lone message: more is coming */
     l->delivered_signal = n->store.head;    /* the loop need not signal these */
-    if (handoff) {
+    if (handoff && !keeps) {
         l->n_app_handoffs++;
-        rp_loop_wake(l);
+        if (l->app_keeps_time > 0) {
+            /* a spinning wait keeps time (not this thread: a publisher
+             * reading its acknowledgments): it runs them when it looks */
+            uint64_t one = 1;
+            ssize_t r = write(l->app_fd, &one, sizeof(one));
+            (void)r;
+        } else {
+            rp_loop_wake(l);
+        }
     }
     if (got)
         rp_loop_flush(l);
@@ -652,6 +756,23 @@ static int ready_mask(const struct pollfd *p, int np, int r, const int *sock_of)
     return mask;
 }
 
+/* A spinning wait's turn of the control plane (mu held): the control
+ * messages and gaps its receive found, slots retired, and the timers that
+ * fell due -- what the loop thread would be woken for, run here without a
+ * thread switch (the control plane takes the GIL, as in the loop thread). */
+static void keep_time(rp_loop_t *l) {
+    rp_node_t *n = l->node;
+    int64_t now = rp_now_ns();
+    int why = (l->ctl_pending ? RP_WHY_CTL : 0) | (n->nack_pending ? RP_WHY_NACK : 0) |
+              (now >= timer_due(l) ? RP_WHY_TIMER : 0);
+    if (!why && !n->nretired)
+        return;
+    l->next_timer = run_timers(l, now, why | (n->nretired ? RP_WHY_RX : 0));
+    l->ctl_pending = 0;
+    l->n_app_control++;
+    rp_loop_flush(l);
+}
+
 /* Only the sockets ppoll said are readable are read (`mask`, bit k: socket
  * k): a wait costs ppoll + one recvmmsg per message, not a recvmmsg on every
  * socket before and after every sleep (three of four came back empty).  The
@@ -663,20 +784,27 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
     int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
     int whole = spin_ns < 0;    /* receive_mode "spin" */
     int64_t spin_end = whole ? deadline : t0 + (spin_ns > 0 ? spin_ns : 0);
+    int keep = whole && l->app_owns_rx && l->control;     /* runs the control plane itself */
     uint64_t pending = 0;
     int mask = 0;
     if (whole)
         __atomic_add_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);
+    if (keep)
+        __atomic_add_fetch(&l->app_keeps_time, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
     l->app_busy = 0;
     for (;;) {
         pthread_mutex_lock(&l->mu);
         int own = l->app_rx && !l->closing;
         if (own && mask)
-            app_rx_once(l, mask);
+            app_rx_once(l, mask, keep);
+        if (own && keep)
+            keep_time(l);
         if (own && probe(l, rp_now_ns()))
             rp_loop_flush(l);
         int64_t due = own ? probe_due(l) : INT64_MAX;
+        if (own && keep && timer_due(l) < due)
+            due = timer_due(l);
         pending = rp_node_pending(l->node);
         int ctl = l->ctl_pending;
         pthread_mutex_unlock(&l->mu);
@@ -709,7 +837,11 @@ uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns) {
         }
     }
     l->app_seen_ns = rp_now_ns();      /* (before app_waiting drops: wait_input reads both) */
+    if (keep)
+        l->app_kept_ns = l->app_seen_ns;
     __atomic_sub_fetch(&l->app_waiting, 1, __ATOMIC_SEQ_CST);
+    if (keep)
+        __atomic_sub_fetch(&l->app_keeps_time, 1, __ATOMIC_SEQ_CST);
     if (whole)
         __atomic_sub_fetch(&l->app_spinning, 1, __ATOMIC_SEQ_CST);
     /* Traffic in full batches: this thread now goes off to consume them, so

@@ -54,6 +54,15 @@ typedef struct {
     int64_t probe_ns;        /* the tail probe: a HEARTBEAT this long after the
                               * last publish, once per silence (0: none) */
     uint64_t probed;         /* next_seq the last tail probe covered */
+    int idle_driven;         /* the idle heartbeat's deadline is the loop's (heartbeats.py
+                              * hand_idle_to_driver): last_publish + idle_after_ns, once
+                              * per silence -- not a control-plane timer that a stream
+                              * moves and that woke the control plane every idle_after
+                              * for nothing while it lasted */
+    uint64_t idle_seq;       /* next_seq the last idle deadline covered */
+    int64_t probe_hold;      /* a dense stream: the loop looks for its silence no
+                              * earlier than this (probe_look) */
+    uint64_t probe_look_seq; /* next_seq when the loop last looked */
     uint64_t n_probes;
     uint64_t delivered_signal; /* deliveries at the last app signal */
     double drop_rate;        /* in-process loss (tests without root) */
@@ -97,7 +106,7 @@ typedef struct {
     uint64_t n_app_rx_empty;  /* the application's recvmmsg that found nothing */
     volatile int app_spinning; /* application threads spinning for a whole wait
                                 * (receive_mode "spin"): the loop stays parked
-                                * until its next timer or 10 x blind_max_ns */
+                                * 10 x blind_max_ns at a time (app_keeps_time) */
     uint64_t n_control_ns, max_control_ns;  /* time in control-plane calls (mu held) */
     /* The application's takes against the loop's receive batches (mu is not
      * fair: rp_loop_lock_app).  app_lock_want: application threads blocked
@@ -124,6 +133,16 @@ typedef struct {
                               * wait's batch was full (app_busy) */
     volatile int64_t app_seen_ns; /* when the application last received: a
                                    * wait ended, or a take (with app_owns_rx) */
+    volatile int app_keeps_time;  /* a spinning wait (receive_mode "spin") runs the
+                                   * control plane itself -- its timers, control
+                                   * messages and gaps -- instead of waking the loop
+                                   * thread onto the CPU it spins on */
+    uint64_t n_app_control;       /* control-plane calls run by a spinning wait */
+    volatile int64_t app_kept_ns; /* when a spinning wait that kept time last ended: the
+                                   * loop leaves the timers to the application for 10 x
+                                   * blind_max_ns after (a take without a wait does not
+                                   * count: an application that takes and takes again
+                                   * never runs them) */
 } rp_loop_t;
 
 /* An application receive of this many datagrams or more is a stream, not
@@ -163,7 +182,10 @@ size_t rp_loop_publish(rp_loop_t *l, const uint8_t *payloads, const uint32_t *le
  * spin_ns < 0: spin for the whole wait, never sleeping (the caller bounds
  * timeout_ns so that Python's signal handlers still run).
  * Control messages and gaps in its batch are handed to the loop
- * thread (woken), never run here.  Returns the deliveries pending (> 0), or 0
+ * thread (woken) -- except in a whole-wait spin (receive_mode "spin"),
+ * which runs them and the due timers itself, under mu, as the loop thread
+ * would (the loop sleeps meanwhile: woken, it would preempt the spinner on
+ * its own CPU and the spinner would wait for it).  Returns the deliveries pending (> 0), or 0
  * on timeout.  Call without mu held, from a threaded loop only. */
 uint64_t rp_loop_app_wait(rp_loop_t *l, int64_t timeout_ns, int64_t spin_ns);
 
@@ -239,5 +261,12 @@ uint64_t rp_loop_take_count(const rp_loop_t *l);
 /* After the application took deliveries (mu held): send the flow
  * acknowledgments now due (flowack.h). */
 void rp_loop_after_take(rp_loop_t *l);
+
+/* A take that found nothing while the sockets are the application's
+ * (receive_mode "spin", mu held): read them now, without waiting -- the
+ * loop does not look while the application owns them, and an application
+ * that only takes would otherwise never see what arrived.  Returns the
+ * datagrams read. */
+int rp_loop_app_poll(rp_loop_t *l);
 
 #endif

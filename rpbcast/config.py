@@ -154,7 +154,9 @@ class Config:
     #                  message: a sender never runs further ahead of its
     #                  slowest receiver than its store holds, so a loggerless
     #                  group at line rate loses nothing.  Receivers report
-    #                  every flow_report_interval; a receiver stops holding
+    #                  every flow_report_interval (a stream still flowing
+    #                  once it moved send_window / 64, at most every 16
+    #                  intervals and at its pause); a receiver stops holding
     #                  senders back only once declared failed (GSGC's
     #                  failure detector, or silent for flow_timeout of the
     #                  sender's own running time: a stall is not a failure).

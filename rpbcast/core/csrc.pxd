@@ -743,6 +743,7 @@ cdef extern from "loop.h" nogil:
         void *ctx
         int64_t next_timer
         int64_t idle_after_ns
+        int idle_driven
         int64_t probe_ns
         uint64_t n_probes
         double drop_rate
@@ -756,6 +757,7 @@ cdef extern from "loop.h" nogil:
         int64_t app_seen_ns
         int64_t blind_max_ns
         uint64_t n_app_signals, n_app_rx_dgrams, n_app_rx_calls, n_app_handoffs, n_app_spins, n_app_rx_empty
+        uint64_t n_app_control
         uint32_t yield_batches
         int64_t yield_max_ns
         uint64_t n_app_yields, n_app_lock_waits, n_handover_timeouts, max_app_wait_batches, max_app_lock_wait_ns

@@ -121,6 +121,7 @@ cdef extern from "loop.h" nogil:
     void rp_loop_set_publish_spin(rp_loop_t *l, int64_t spin_ns, int park)
     void rp_loop_window_spin_counts(const rp_loop_t *l, uint64_t *spun, uint64_t *sleeps)
     uint64_t rp_loop_take_count(const rp_loop_t *l)
+    int rp_loop_app_poll(rp_loop_t *l)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -288,6 +289,12 @@ cdef class Transport:
         if hb is not None and hb.hand_probe_to_driver():
             self._hb = hb
             self.loop.probe_ns = hb.driver_probe_ns()
+        # and the idle heartbeat's deadline (last publish + idle_after): a
+        # control-plane timer on it, moved by every message, called the
+        # control plane every idle_after for nothing while a stream lasted
+        if hb is not None and not self.raw and hasattr(hb, "hand_idle_to_driver"):
+            self.loop.idle_after_ns = hb.hand_idle_to_driver()
+            self.loop.idle_driven = 1
         rp_loop_set_window(&self.loop, getattr(engine.cfg, "send_window", 0))
         self.loop.drop_rate = drop_rate
         self.loop.rng = seed or ((bind_port * 0x9E3779B97F4A7C15 + 1) & 0xFFFFFFFFFFFFFFFF)
@@ -635,11 +642,20 @@ cdef class Transport:
         take acknowledges what it took to the flow window at once (every
         application take goes through here, so none is left out)."""
         cdef size_t k
+        # receive_mode "spin": the sockets are this thread's between its waits,
+        # so a take that finds nothing reads them (once) and takes again -- an
+        # application that only takes, never waiting, is not left with what
+        # arrived unread (the loop does not look while they are its own)
+        cdef int tries = 2 if self.loop.app_owns_rx else 1
         with nogil:
             rp_loop_lock_app(&self.loop)    # a waiting take is let in within a few loop batches
-            k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
-                                &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
-                                buf.shape[0], rp_now_ns())
+            while True:
+                k = rp_node_recv_ex(&self.node.n, max_n, &d.s_[0], &d.i_[0], &d.q_[0], &d.b_[0], &d.t_[0],
+                                    &d.o_[0], &d.l_[0], &d.st_[0], &buf[0] if buf.shape[0] else NULL,
+                                    buf.shape[0], rp_now_ns())
+                tries -= 1
+                if k or not tries or rp_loop_app_poll(&self.loop) <= 0:
+                    break
             if k:
                 rp_loop_after_take(&self.loop)
             if self.loop.app_owns_rx:
@@ -800,6 +816,9 @@ cdef class Transport:
                      "app_signals": self.loop.n_app_signals, "app_rx_dgrams": self.loop.n_app_rx_dgrams,
                      "app_rx_calls": self.loop.n_app_rx_calls, "app_handoffs": self.loop.n_app_handoffs,
                      "app_spins": self.loop.n_app_spins, "app_rx_empty": self.loop.n_app_rx_empty,
+                     # control-plane calls a spinning wait ran itself (receive_mode
+                     # "spin": its timers, control messages and gaps, no loop wake-up)
+                     "app_control": self.loop.n_app_control,
                      "tail_probes": self.loop.n_probes,
                      # takes against the loop's receive batches (rp_loop_lock_app):
                      # turns the loop cut short for a waiting take, the most

@@ -61,6 +61,7 @@ class Heartbeats:
         self.idle_announced = -1          # next_seq value the idle heartbeat covered
         self._probe_ns = int(round(cfg.tail_probe * NS))
         self.probed = -1                  # next_seq value the tail probe covered
+        self._idle_driven = False         # the driver keeps the idle deadline (hand_idle_to_driver)
         self._reply_parts = {}            # replier's address -> [list size, {(s, i): seq}, first part's time]
         self._parts_ns = int(round(cfg.gossip_interval * NS))
 
@@ -74,8 +75,21 @@ class Heartbeats:
         if nxt and self.idle_announced != nxt:
             if self._probe_ns and self.probed != nxt:
                 return node.last_publish + self._probe_wait()
-            return node.last_publish + self._idle_ns
+            if not self._idle_driven:
+                return node.last_publish + self._idle_ns
         return NEVER
+
+    def hand_idle_to_driver(self):
+        """The driver keeps the idle heartbeat's deadline -- the UDP loop,
+        in C: idle_after after the last publish, once per silence -- and
+        runs the timers (on_timer) when it falls due; get_timer leaves it
+        out.  As a control-plane timer every message moved it, so it called
+        the control plane every idle_after for nothing while a stream
+        lasted (in a spinning receiver, tens of microseconds inline).
+        Returns the wait (ns) the driver is to use: this part's own, so that
+        on_timer finds the silence long enough when the driver does."""
+        self._idle_driven = True
+        return self._idle_ns
 
     def hand_probe_to_driver(self):
         """The driver sends the tail probe itself (the UDP loop, in C, from

@@ -180,10 +180,10 @@ class NoHold:
     def forget_slots(self, slots):
         """Retired streams (Engine._forget_retired): what we reported of
         them (HoldForReceivers keeps it by slot)."""
-        sent = getattr(self, "_sent", None)
-        if sent:
-            for s in slots:
-                sent.pop(s, None)
+        for kept in (getattr(self, "_sent", None), getattr(self, "_tick", None)):
+            if kept:
+                for s in slots:
+                    kept.pop(s, None)
 
     def update_hold(self):
         self.node.hold_send = False
@@ -238,7 +238,15 @@ class HoldForReceivers(HoldForLoggers):
         self.is_logger = engine.is_logger
         self.reports = {}               # receiver id -> (its inc, our frontier it reported)
         self._sent = {}                 # slot -> (frontier we reported, when)
+        self._tick = {}                 # slot -> its frontier at the previous report tick
         self._report_ns = _ns(cfg.flow_report_interval)
+        # A stream still flowing is reported once it moved this far (or every
+        # 16 intervals; at the first tick after it pauses): its sender needs the report
+        # to release its send buffer before send_window fills, not every 2 ms
+        # -- a report is a control turn on both ends, tens of microseconds
+        # in a spinning receiver's path (docs/performance.md, "The spinning
+        # receiver keeps the node's time").
+        self._min_move = max(64, cfg.send_window // 64) if cfg.send_window else 2048
         # A check late by more than a few report intervals means this
         # member did not run (stopped, descheduled, draining a backlog):
         # that time is not the others' silence.
@@ -254,9 +262,20 @@ class HoldForReceivers(HoldForLoggers):
     def on_timer(self, now):
         self.flow.sync(now)
         if now >= self.next_report:
-            self._report(now)
+            moved = self._report(now)
             self._detect(now)
-            self.next_report = now + self._report_ns
+            self.next_report = now + self._report_ns * self._stretch(moved)
+
+    def _stretch(self, moved):
+        """Report intervals to the next tick: one while a stream moves fast
+        (its sender's window needs the reports), up to 4 while the fastest
+        moved less: the next tick then finds at most about _min_move / 2
+        new messages.  Each tick is a control turn -- in a spinning
+        receiver, tens of microseconds inline; one every 2 ms was a round
+        trip in a hundred.  (Not more than 4: a stream that jumps from a
+        trickle to line rate is seen within 8 ms, before it can fill a
+        send window of 131,072 at 8 M msgs/s.)"""
+        return max(1, min(4, self._min_move // (2 * moved + 1)))
 
     def receivers(self):
         """The members whose reports hold our messages back (declared failed
@@ -289,6 +308,7 @@ class HoldForReceivers(HoldForLoggers):
         again now and then, in case a report was lost); as a sender,
         re-evaluate what may leave the send buffer."""
         node = self.node
+        moved = 0                       # the most a stream moved since the previous tick
         # (a logger is not a receiver senders wait for)
         if not self.is_logger and self.e.group.status in (MEMBER, PENDING_LEAVE):
             every = 16 * self._report_ns
@@ -302,11 +322,18 @@ class HoldForReceivers(HoldForLoggers):
                 if committed is not None:
                     f = min(f, committed.get((pid, pinc), 0))
                 last = self._sent.get(slot)
-                if last is not None and last[0] == f and now - last[1] < every:
+                prev = self._tick.get(slot)
+                flowing = prev != f
+                if prev is not None and f - prev > moved:
+                    moved = f - prev
+                self._tick[slot] = f
+                if last is not None and now - last[1] < every and (
+                        last[0] == f or (flowing and f - last[0] < self._min_move)):
                     continue
                 self._sent[slot] = (f, now)
                 send_gossip(m, [wire.lastseen_section([(pid, pinc, f)])], now)
         self.release(now)
+        return moved
 
     def on_receiver_report(self, source, source_inc, entries, now):
         for s, i, frontier in entries:
