@@ -1123,6 +1123,7 @@ class Node:
             if not drain.drained and report:
                 _log.warning(f"node {self.node_id} closing: {drain}")
         self._close_drain = drain
+        self._report_final()
         self._closed = True
         self._stop.set()
         if self._stats_sock is not None:
@@ -1154,6 +1155,20 @@ class Node:
             self.engine.logger.log.sync()
             self.engine.logger.log.close()
         return drain
+
+    def _report_final(self):
+        """flow_control = "receivers": this node's frontier of every stream
+        that moved since it last reported, sent before it closes (the last
+        messages of a flowing stream are otherwise reported at its pause,
+        which a closing node does not wait for)."""
+        final = getattr(self.engine.send_buffer, "report_final", None)
+        if final is None:
+            return
+        self.transport.lock()
+        try:
+            final(time.monotonic_ns())
+        finally:
+            self.transport.unlock()
 
     def __enter__(self):
         return self

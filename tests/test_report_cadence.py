@@ -84,3 +84,28 @@ def test_an_idle_receiver_ticks_every_4_intervals():
     e.handle_timer = counting
     g.net.run(0.32)
     assert calls["n"] <= 0.32 / REPORT / 3, (calls["n"], (g.net.now - t0) / NS)
+
+
+def test_a_closing_receiver_reports_what_it_has_before_it_goes():
+    """A receiver that closes right after it got a stream sends its frontier
+    first: its periodic report may be waiting for the stream's pause (here:
+    not due for a second), and its sender would hold those messages until
+    it declared the receiver failed."""
+    import nodepair
+    a, b = nodepair.pair("unicast", group="239.255.97", gossip_interval=10.0, flow_control="receivers",
+                         flow_report_interval=1.0)
+    try:
+        import time
+        time.sleep(0.2)
+        for k in range(50):
+            a.publish(b"m%d" % k)
+        got, end = 0, time.monotonic() + 10
+        buf = bytearray(1 << 16)
+        while got < 50 and time.monotonic() < end:
+            if b.wait(0.1):
+                got += b.recv_batch(64, buf).count
+        assert got == 50
+        b.close(linger=0)
+        assert a.flush(timeout=0.5), a.send_buffer()
+    finally:
+        nodepair.close(a)

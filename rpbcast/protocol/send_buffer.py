@@ -303,7 +303,15 @@ class HoldForReceivers(HoldForLoggers):
             self.e.stats["flow_restored"] = self.e.stats.get("flow_restored", 0) + 1
             self.e.post_event("restored", node_id, reason)
 
-    def _report(self, now):
+    def report_final(self, now):
+        """A receiver's last word before it closes: its frontier of every
+        stream that moved since it last reported, now -- a flowing stream's
+        report may be waiting for the stream's pause, which a node that is
+        going away will not see, and its senders would hold those messages
+        until they declare it failed."""
+        self._report(now, final=True)
+
+    def _report(self, now, final=False):
         """Report our receive frontier to each sender whose stream moved (and
         again now and then, in case a report was lost); as a sender,
         re-evaluate what may leave the send buffer."""
@@ -327,7 +335,7 @@ class HoldForReceivers(HoldForLoggers):
                 if prev is not None and f - prev > moved:
                     moved = f - prev
                 self._tick[slot] = f
-                if last is not None and now - last[1] < every and (
+                if last is not None and (last[0] == f or not final) and now - last[1] < every and (
                         last[0] == f or (flowing and f - last[0] < self._min_move)):
                     continue
                 self._sent[slot] = (f, now)
