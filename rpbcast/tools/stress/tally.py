@@ -111,8 +111,10 @@ class Tally:
                 self._track_order(key, q, b.labels[:k] if sel is None else b.labels[:k][sel])
             self._count(key, q)
         sent_ns = send_stamps(b.buf, b.offs[:k], b.lens[:k])
-        if each:
+        if each and len(sent_ns) != k:
             now = now[:k][b.lens[:k] >= 8]          # (send_stamps skips shorter payloads)
+        elif each:
+            now = now[:k]
         self.hist += np.bincount(lat_bin(now - sent_ns), minlength=len(LAT_BINS) + 1)
 
     def _track_order(self, key, q, labs):
