@@ -11,6 +11,12 @@ wait.
     python3 bench/window_breakdown.py --reps 3 --case "--receivers 1 --loggers 0" \\
         --config none="" --config w8192="--flow-window 8192"
 
+A configuration named NAME@TREE runs the build in TREE (--config
+main@/work/main="" --config this@.="--flow-window 8192"): A/B in one run.
+receiver_ns_per_msg is the receiving process's CPU (application + loop
+thread) per message it delivered -- what decides how fast a receiver with
+one core of its own (`--pin`) can go.
+
 A worker's main thread is its application (publish, take); of its other
 threads the one with the most CPU is the node's loop thread.
 app_threads_same_cpu: of the samples (every 50 ms), the fraction in which
@@ -145,6 +151,12 @@ def row(r):
         d["msgs_per_take"] = min(v["msgs_per_take"] or 0 for v in rx)
         d["takes"] = max(v["takes"] for v in rx)
     d["app_threads_same_cpu"] = r["same_cpu"]
+    # the receiving process's cost per message: its application and loop
+    # threads' CPU over the messages it delivered (the slowest receiver's)
+    rx_cpu = [(t["app"][0] if t["app"] else 0) + (t["loop"][0] if t["loop"] else 0)
+              for t in r["threads"].get("receiver", [])]
+    if rx and rx_cpu and min(v["delivered"] for v in rx):
+        d["receiver_ns_per_msg"] = max(rx_cpu) / min(v["delivered"] for v in rx)
     if tx:
         d["window_waits"] = tx[0]["window_waits"]
         d["window_rx"] = tx[0]["window_rx"]
@@ -172,11 +184,13 @@ def main():
     o = ap.parse_args()
     cases = o.case or [""]
     configs = [c.split("=", 1) for c in o.config]
+    # NAME@TREE=ARGS: that configuration runs another build (same-run A/B)
+    trees = {n: (n.split("@", 1)[1] if "@" in n else o.tree) for n, _ in configs}
     res = {(c, n): [] for c in cases for n, _ in configs}
     for k in range(o.reps):
         for c in cases:
             for name, extra in (configs if k % 2 == 0 else configs[::-1]):
-                r = run_once(c.split() + extra.split(), o.tree)
+                r = run_once(c.split() + extra.split(), trees[name])
                 if "error" in r:
                     print(f"rep {k} [{c}] {name}: ERROR {r['error']}", flush=True)
                     continue

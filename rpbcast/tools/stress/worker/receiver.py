@@ -21,7 +21,12 @@ BATCH = 65536
 # is deferred and done for many takes at once: while it runs, messages wait
 # in the socket, and at 100 k msgs/s a count per take was most of the
 # receiver's cycle and so of the latency it reports (docs/performance.md).
-DEFER_MESSAGES = 4096
+# At line rate the age bound (DEFER_NS) is what counts; the count bound is
+# high so that NumPy's per-call cost is paid per ~10,000 messages, not per
+# 4,096 (the count was ~20 ns a message of the receiving process's
+# ~160 with a flow window, 12 ns this way: "The receiving process at line
+# rate").
+DEFER_MESSAGES = 16384
 DEFER_NS = 2_000_000
 TRICKLE = 64                    # a take of fewer messages: a trickle (next_take)
 BUF_BYTES = 64 << 20
@@ -31,7 +36,7 @@ LOST_CHECK_EVERY_NS = 50_000_000       # pbcast: are all ids delivered or given 
 
 def run_receiver(spec, cmds, tw_factory):
     """The receiver's whole life; returns its node, still open."""
-    ckpt = spec.get("checkpoint")
+    ckpt = checkpoint_path(spec)
     tally = Tally.load(ckpt)
     tally.semantic = bool(spec.get("semantic"))
     from rpbcast.api import Node
@@ -94,6 +99,18 @@ def run_receiver(spec, cmds, tw_factory):
                        check=tally.check(orders.expect or {}, orders.latest, orders.agree),
                        hist=tally.hist.tolist()))
     return node
+
+
+def checkpoint_path(spec):
+    """Where the counts are checkpointed, or None: only in a run with
+    faults (one may kill this receiver and restart it) or in a restarted
+    life.  A plain run never restarts a receiver, and the checkpoint --
+    the whole counts array, a byte per message sent, zipped with a CRC
+    every 250 ms -- was 17 % of its application thread's CPU at line rate
+    (docs/performance.md, "The receiving process at line rate")."""
+    if spec.get("faults") or spec.get("restarted"):
+        return spec.get("checkpoint")
+    return None
 
 
 def _checkpoint(node, tally, path, commits):
@@ -185,8 +202,8 @@ class _Application:
             b, _, t = self.held[0]
             tally.add(b, t)
         else:
-            tally.add(_merged(self.held, self.buf), np.concatenate(
-                [np.full(b.count, t, np.int64) for b, _, t in self.held]))
+            tally.add(_merged(self.held, self.buf, tally.semantic), np.repeat(
+                np.array([t for _, _, t in self.held], np.int64), [b.count for b, _, _ in self.held]))
         self.held.clear()
         self.n_held = 0
         self.pos = 0
@@ -201,17 +218,18 @@ class _Application:
             tally.add(b, time.monotonic_ns())
 
 
-def _merged(held, buf):
+def _merged(held, buf, labels=True):
     """Several takes as one batch over the whole buffer (their payloads lie
-    back to back in it, each take's offsets relative to where it wrote)."""
+    back to back in it, each take's offsets relative to where it wrote).
+    Only the columns a Tally reads are joined (labels only when it tracks
+    them: FIFO-SRB): at line rate the joins were a quarter of the count."""
     from rpbcast.api import Batch
 
     def cat(i):
         return np.concatenate([b[i][:b.count] for b, _, _ in held])
     offs = np.concatenate([b.offs[:b.count].astype(np.int64) + pos for b, pos, _ in held])
-    streams = None if any(b.streams is None for b, _, _ in held) else cat(9)
-    return Batch(sum(b.count for b, _, _ in held), cat(1), cat(2), cat(3), cat(4), cat(5),
-                 offs, cat(7), buf, streams)
+    return Batch(sum(b.count for b, _, _ in held), cat(1), cat(2), cat(3), cat(4) if labels else None, None,
+                 offs, cat(7), buf, None)
 
 
 class _Orders:
