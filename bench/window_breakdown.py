@@ -12,7 +12,7 @@ wait.
         --config none="" --config w8192="--flow-window 8192"
 
 A configuration named NAME@TREE runs the build in TREE (--config
-main@/work/main="" --config this@.="--flow-window 8192"): A/B in one run.
+main@../main="" --config this@.="--flow-window 8192"): A/B in one run.
 receiver_ns_per_msg is the receiving process's CPU (application + loop
 thread) per message it delivered -- what decides how fast a receiver with
 one core of its own (`--pin`) can go.
