@@ -159,10 +159,17 @@ static void probe_look(rp_loop_t *l, int64_t now) {     /* mu held, the loop thr
     const rp_node_t *n = l->node;
     if (!l->probe_ns || now < l->probe_hold)
         return;
+    /* dense: RP_PROBE_DENSE publishes or more per probe_ns since the last
+     * look (a rate: a loop that looked seldom must not take a ping-pong's
+     * dozen messages over milliseconds for a stream) */
     uint64_t since = n->next_seq - l->probe_look_seq;
+    int64_t span = now - l->probe_look_ns;
     l->probe_look_seq = n->next_seq;
+    l->probe_look_ns = now;
     int going = now - n->last_publish < l->probe_ns;
-    l->probe_hold = since >= RP_PROBE_DENSE && going ? now + RP_PROBE_BACKOFF * l->probe_ns : 0;
+    int dense = span > 0 && (double)since * (double)l->probe_ns >= (double)RP_PROBE_DENSE * (double)span;
+    /* (a spinning application probes for itself, at no wake-up's cost) */
+    l->probe_hold = dense && going && !l->app_keeps_time ? now + RP_PROBE_BACKOFF * l->probe_ns : 0;
 }
 
 static int probe(rp_loop_t *l, int64_t now) {      /* mu held */

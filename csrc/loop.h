@@ -63,6 +63,7 @@ typedef struct {
     int64_t probe_hold;      /* a dense stream: the loop looks for its silence no
                               * earlier than this (probe_look) */
     uint64_t probe_look_seq; /* next_seq when the loop last looked */
+    int64_t probe_look_ns;   /* ... and when */
     uint64_t n_probes;
     uint64_t delivered_signal; /* deliveries at the last app signal */
     double drop_rate;        /* in-process loss (tests without root) */
