@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include "bigmem.h"
+
 struct rp_msix_ctx {
     const rp_mstore_t *s;
     uint32_t sender;
@@ -57,18 +59,18 @@ static int64_t ix_pos(rp_mstore_t *s, uint32_t sender, int create) {
     return (int64_t)s->nix++;
 }
 
-int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries) {
+int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries, int prefault) {
     memset(s, 0, sizeof(*s));
     if (arena_bytes < 1024 || max_entries < 16)
         return RP_EINVAL;
     uint64_t ecap = 16;
     while (ecap < max_entries)
         ecap *= 2;
-    s->arena = (uint8_t *)malloc(arena_bytes);
-    s->ent = (rp_msent_t *)calloc(ecap, sizeof(rp_msent_t));
+    s->arena = (uint8_t *)rp_bigmem_alloc(arena_bytes, prefault);
+    s->ent = (rp_msent_t *)rp_bigmem_alloc(ecap * sizeof(rp_msent_t), prefault);
     if (!s->arena || !s->ent || rp_hmap_init(&s->senders, 16, 0)) {
-        free(s->arena);
-        free(s->ent);
+        rp_bigmem_free(s->arena, arena_bytes);
+        rp_bigmem_free(s->ent, ecap * sizeof(rp_msent_t));
         memset(s, 0, sizeof(*s));
         return RP_ENOMEM;
     }
@@ -78,8 +80,8 @@ int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries) {
 }
 
 void rp_mstore_free(rp_mstore_t *s) {
-    free(s->arena);
-    free(s->ent);
+    rp_bigmem_free(s->arena, s->acap);
+    rp_bigmem_free(s->ent, (s->emask + 1) * sizeof(rp_msent_t));
     for (uint32_t i = 0; i < s->nix; i++)
         rp_seqidx_free(&s->ix[i]);
     free(s->ix);

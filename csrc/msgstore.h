@@ -65,7 +65,8 @@ typedef struct {
     uint64_t n_put, n_full, n_evicted, n_freed;
 } rp_mstore_t;
 
-int  rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries);
+/* prefault: touch the arena and the entry ring now (csrc/bigmem.h). */
+int  rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries, int prefault);
 void rp_mstore_free(rp_mstore_t *s);
 
 /* Store a copy of payload.  Returns the ticket (>= 0) or RP_EFULL.  May evict

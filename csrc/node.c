@@ -36,7 +36,7 @@ int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg) {
     n->last_slot = RP_NO_SLOT;
     rp_tb_init(&n->repair_rate);
     int rc;
-    if ((rc = rp_mstore_init(&n->store, cfg->store_bytes, cfg->store_entries)))
+    if ((rc = rp_mstore_init(&n->store, cfg->store_bytes, cfg->store_entries, cfg->prefault)))
         goto fail;
     if ((rc = rp_out_init(&n->out, cfg->mtu, cfg->group, cfg->id, cfg->inc, 1 << 20)))
         goto fail;

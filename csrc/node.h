@@ -241,6 +241,7 @@ typedef struct {
     uint32_t max_per_node;     /* 0: RP_MAX_PER_NODE_DEFAULT */
     uint32_t max_strangers;    /* 0: RP_MAX_STRANGERS_DEFAULT */
     uint8_t deliver_own, fifo, is_logger, no_deliver;
+    uint8_t prefault;          /* touch the whole store at init (csrc/bigmem.h) */
     uint64_t max_message;      /* largest payload publish takes (0: 64 MiB) */
     uint64_t reassembly_bytes; /* bound on partial large messages (0: 2 x max_message) */
 } rp_node_cfg_t;

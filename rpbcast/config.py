@@ -83,6 +83,8 @@ class Config:
     mtu: int = 1472                       # largest datagram we send
     store_bytes: int = 64 << 20           # message store (send + gossip buffers + delivery queue)
     store_entries: int = 1 << 20
+    prefault: bool = False                # touch the whole store at start (its memory at once):
+                                          # no page fault on the data path in its first lap
     max_gap: int = 1 << 32                # a seq jump beyond this is rejected as bogus
     delivery: str = "unordered"
     deliver_own: bool = False
@@ -381,6 +383,7 @@ class Config:
         need(self.flow_control in FLOW_CONTROL,
              f"flow_control must be one of {FLOW_CONTROL}, got {self.flow_control!r}")
         need(isinstance(self.flow_commit, bool), f"flow_commit must be True or False, got {self.flow_commit!r}")
+        need(isinstance(self.prefault, bool), f"prefault must be True or False, got {self.prefault!r}")
         need(not self.flow_commit or self.flow_control == "receivers",
              "flow_commit needs flow_control = 'receivers' (with loggers, the log covers a restarted receiver)")
         need(576 <= self.mtu <= 65507, f"mtu must be between 576 and 65507 bytes, got {self.mtu}")

@@ -40,9 +40,11 @@ def assert_same(s, m, payloads):
 
 
 class StoreMachine(RuleBasedStateMachine):
-    @initialize(arena=st.sampled_from([1024, 1500, 4096]), max_entries=st.sampled_from([16, 17, 32]))
-    def init(self, arena, max_entries):
-        self.s = MessageStore(arena, max_entries)
+    # 1 MiB and more: a mapping of its own (csrc/bigmem.c), touched at once with prefault
+    @initialize(arena=st.sampled_from([1024, 1500, 4096, (1 << 20) + 1500]), max_entries=st.sampled_from([16, 17, 32]),
+                prefault=st.booleans())
+    def init(self, arena, max_entries, prefault):
+        self.s = MessageStore(arena, max_entries, prefault=prefault)
         self.m = MessageStoreModel(arena, max_entries)
         self.age = 0
         self.payloads = {}

@@ -204,7 +204,7 @@ cdef extern from "msgstore.h" nogil:
         uint64_t acap, bhead, btail, emask, head, tail
         uint64_t gc_cursor, deliver_cursor, gossip_bytes, gossip_count
         uint64_t n_put, n_full, n_evicted, n_freed
-    int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries)
+    int rp_mstore_init(rp_mstore_t *s, uint64_t arena_bytes, uint64_t max_entries, int prefault)
     void rp_mstore_free(rp_mstore_t *s)
     int64_t rp_mstore_put(rp_mstore_t *s, uint32_t sender, uint64_t seq, uint64_t label,
                           int64_t t, uint32_t age, uint32_t holds, uint32_t evictable,
@@ -610,7 +610,7 @@ cdef extern from "node.h" nogil:
         uint32_t group, id, inc, mtu
         uint64_t store_bytes, store_entries, max_gap, srb_w
         uint32_t max_scan, max_streams, max_per_node, max_strangers
-        uint8_t deliver_own, fifo, is_logger, no_deliver
+        uint8_t deliver_own, fifo, is_logger, no_deliver, prefault
         uint64_t max_message, reassembly_bytes
     int rp_node_init(rp_node_t *n, const rp_node_cfg_t *cfg)
     int rp_node_set_auth(rp_node_t *n, const uint8_t *ids, const uint8_t *keys, int nkeys,

@@ -24,8 +24,8 @@ NOLABEL = RP_SRB_NOLABEL
 
 
 cdef class MessageStore:
-    def __cinit__(self, uint64_t arena_bytes=1 << 20, uint64_t max_entries=1 << 14):
-        cdef int rc = rp_mstore_init(&self.s, arena_bytes, max_entries)
+    def __cinit__(self, uint64_t arena_bytes=1 << 20, uint64_t max_entries=1 << 14, bint prefault=False):
+        cdef int rc = rp_mstore_init(&self.s, arena_bytes, max_entries, prefault)
         if rc == RP_EINVAL:
             raise ValueError("arena_bytes must be >= 1024 and max_entries >= 16")
         if rc != RP_OK:

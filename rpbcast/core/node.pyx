@@ -83,8 +83,10 @@ cdef class Node:
                   uint64_t max_gap=1 << 32, uint64_t srb_w=0, uint32_t max_scan=65536,
                   bint deliver_own=False, bint fifo=False, bint is_logger=False,
                   bint no_deliver=False, uint32_t max_streams=0, uint64_t max_message=64 << 20,
-                  uint64_t reassembly_bytes=0, uint32_t max_per_node=0, uint32_t max_strangers=0):
+                  uint64_t reassembly_bytes=0, uint32_t max_per_node=0, uint32_t max_strangers=0,
+                  bint prefault=False):
         cdef rp_node_cfg_t cfg
+        cfg.prefault = prefault
         cfg.max_per_node = max_per_node
         cfg.max_strangers = max_strangers
         cfg.max_message = max_message

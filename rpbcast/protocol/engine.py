@@ -103,7 +103,8 @@ class Engine:
                          max_strangers=cfg.max_stranger_streams,
                          deliver_own=cfg.deliver_own, fifo=cfg.delivery == "fifo",
                          is_logger=self.is_logger, no_deliver=self.is_logger,
-                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bound)
+                         max_message=cfg.message_cap, reassembly_bytes=cfg.reassembly_bound,
+                         prefault=cfg.prefault)
         if cfg.key_file is not None:
             cfg = self._key(cfg, now if mac_counter0 is None else mac_counter0)
         if cfg.repair_rate:

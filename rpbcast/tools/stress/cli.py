@@ -37,6 +37,9 @@ def add_parsers(sub):
     p.add_argument("--receive-mode", choices=["wait", "spin"], default="wait",
                    help="receivers' Config.receive_mode: spin = the application thread never sleeps "
                         "while it waits (latency; burns a core each)")
+    p.add_argument("--no-prefault", action="store_true",
+                   help="do not touch each node's message store at start (Config.prefault): its first "
+                        "lap then faults the store in on the data path, inside the measured run")
     p.add_argument("--pin", action="store_true",
                    help="pin each sender process to this process's first CPU and each receiver to its last "
                         "(their threads with them: a receiver's loop thread beside its spinning application "

@@ -161,6 +161,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
            "srb_window": args.srb_window, "delivery": "fifo" if args.srb_window else "unordered",
            "gossip_interval": args.gossip_interval, "gso": not args.no_gso,
            "store_bytes": 512 << 20, "store_entries": 1 << 22, "rcvbuf": 32 << 20, "sndbuf": 32 << 20,
+           # the store's first lap would fault its 700 MiB in on the data path, inside the run
+           "prefault": not getattr(args, "no_prefault", False),
            "idle_after": 0.002, "logger_rtx_interval": 0.05, "gc_limit": 50,
            "drop_rate": args.loss if (args.loss and not plan.use_ns) else 0.0,
            "flow_control": plan.flow_control if plan.flow_control in ("loggers", "receivers") else "loggers",
