@@ -195,14 +195,12 @@ class Config:
     # bounds what waits for release (loggers, "receivers" reports); a member
     # behind and silent for flow_ack_timeout stops holding the window (a
     # crashed receiver must not stop the sender; reliability is the release
-    # strategy's business, not this window's).  0 = off, the default: on a
-    # quiet machine 8192 cut the loggerless line rate to 0.68x for a third
-    # of the p99; since the publisher reads its own acknowledgments 16384
-    # kept 0.8-1.1x of the rate at a third to a thirteenth of the p99 on the
-    # loaded VM --
-    # `rpbcast stress` runs with it -- but the p99 <= 5 ms goal is not yet
-    # shown on a quiet machine (docs/performance.md, "Bounded queueing").
-    flow_window: int = 0
+    # strategy's business, not this window's).  0 = off.  Default 4096: with
+    # the stores pre-touched (`prefault`, which `rpbcast stress` sets), the
+    # window kept >= 0.9x of the unwindowed rate of the build before it, at
+    # a p99 of a few ms, for 1 -> 1 and for the default stress
+    # (docs/performance.md, "Pre-touching the store, and a default window").
+    flow_window: int = 4096
     flow_ack_every: int = 0               # 0: flow_window / 8
     flow_ack_timeout: float = 0.1
 

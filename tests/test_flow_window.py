@@ -122,6 +122,18 @@ def test_a_stopped_receiver_holds_the_flow_window_until_it_acks_again():
             tx.close(report=False)
 
 
+def _fill_window(tx, rx, W, batch):
+    """Publish until the window of W refuses, then wait until the receiver's
+    node holds all W (none taken by its application)."""
+    lens, buf = np.full(batch, 64, np.uint32), np.zeros(batch * 64, np.uint8)
+    took = sum(tx.publish_batch(buf, lens) for _ in range(2 * W // batch))
+    assert took == W
+    deadline = time.monotonic() + 10
+    while rx.transport.pending() < W and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rx.transport.pending() == W               # all of it at the receiver's node
+
+
 def _take_all(rx, W, how):
     if how == "recv_batch":
         assert rx.recv_batch(W).count == W
@@ -150,21 +162,41 @@ def test_the_flow_window_bounds_what_the_application_has_not_taken_and_a_take_re
         tx, rx = Node(_cfg(1, PORT + 20, **kw)), Node(_cfg(2, PORT + 20, **kw))
         try:
             time.sleep(0.2)
-            lens, buf = np.full(128, 64, np.uint32), np.zeros(128 * 64, np.uint8)
-            took = sum(tx.publish_batch(buf, lens) for _ in range(8))
-            assert took == W
-            deadline = time.monotonic() + 10
-            while rx.transport.pending() < W and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert rx.transport.pending() == W               # all of it at the receiver's node
+            _fill_window(tx, rx, W, 128)
             assert not tx.wait_writable(0.5)                 # ... still in flight: not taken
-            with pytest.raises(BlockingIOError):
-                tx.publish(b"x" * 64)
+            with pytest.raises(BlockingIOError, match="flow window is full .*Config.flow_window"):
+                tx.publish(b"x" * 64)                        # the error names the window that is full
             before = rx.engine.node.flow_stats()["acks_sent"]
             _take_all(rx, W, how)
             assert rx.engine.node.flow_stats()["acks_sent"] > before   # sent by the take itself
             assert tx.wait_writable(10.0)
             assert tx.publish(b"y" * 64) == W
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_the_flow_window_is_on_by_default():
+    """Config's default window (4096, issue 15): a publisher whose
+    subscriber's application takes nothing is held at 4096 messages, with
+    an error naming Config.flow_window; what the application then takes
+    reopens it.  (Before, the default was off: the publisher ran on to the
+    send window, 131,072 messages of queueing.)"""
+    from rpbcast import Node
+    assert Config(node_id=1).flow_window == 4096
+    kw = dict(flow_ack_timeout=30.0)
+    with netns.namespace() as ns, netns.entered(ns):
+        tx, rx = Node(_cfg(1, PORT + 40, **kw)), Node(_cfg(2, PORT + 40, **kw))
+        try:
+            time.sleep(0.2)
+            _fill_window(tx, rx, 4096, 512)
+            with pytest.raises(BlockingIOError, match="flow window is full \\(4,096 .*Config.flow_window"):
+                tx.publish(b"x" * 64)
+            _take_all(rx, 4096, "recv_batch")
+            assert tx.wait_writable(10.0)
+            assert tx.publish(b"y" * 64) == 4096
         finally:
             rx.close(report=False)
             tx.close(report=False)

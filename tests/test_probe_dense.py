@@ -23,6 +23,9 @@ PROBE = 0.0002
 
 
 def pair(**kw):
+    # No flow window: the receiver here takes only after the stream, and the
+    # loop's own wake-ups are counted (a FLOWACK would wake it too).
+    kw.setdefault("flow_window", 0)
     return nodepair.pair("unicast", group="239.255.95", gossip_interval=1.0, tail_probe=PROBE, **kw)
 
 

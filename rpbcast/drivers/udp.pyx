@@ -547,9 +547,21 @@ cdef class Transport:
         with nogil:
             seq = rp_loop_publish_ext(&self.loop, p, n, lab, stream)
         if seq == RP_EWINDOW:
-            raise BlockingIOError(f"back-pressure: the send window is full ({rp_loop_window(&self.loop).limit:,} "
-                                  f"published messages not yet acknowledged; Config.send_window)")
+            raise BlockingIOError(self._full_window())
         return published(seq, n, self.node.n.out.mtu)
+
+    def _full_window(self):
+        """Which window refused a publish, for its BlockingIOError."""
+        self.lock()
+        try:
+            flow_full = self.node.n.flowack != NULL and rp_flowack_room(self.node.n.flowack, &self.node.n) == 0
+        finally:
+            self.unlock()
+        if flow_full:
+            return (f"back-pressure: the flow window is full ({self.engine.cfg.flow_window:,} messages beyond "
+                    f"what the slowest receiving application has taken; Config.flow_window)")
+        return (f"back-pressure: the send window is full ({rp_loop_window(&self.loop).limit:,} "
+                f"published messages not yet acknowledged; Config.send_window)")
 
     def publish_batch(self, const uint8_t[::1] payloads not None, const uint32_t[::1] lens not None,
                       const uint64_t[::1] labels=None, uint32_t stream=0):

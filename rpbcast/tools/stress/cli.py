@@ -71,7 +71,7 @@ def add_parsers(sub):
                         "default: Config's)")
     p.add_argument("--flow-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's flow window over the receivers' data-plane acknowledgments "
-                        "(Config.flow_window; 0 = off; default: Config's, off)")
+                        "(Config.flow_window; 0 = off; default: Config's, 4096)")
     p.add_argument("--flow-ack-every", type=int, default=None, metavar="MESSAGES",
                    help="receivers acknowledge to the flow window every this many messages taken "
                         "(Config.flow_ack_every; default: Config's, the window / 8)")

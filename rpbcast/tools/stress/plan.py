@@ -145,12 +145,10 @@ def receivers_commit(args, plan: Plan) -> bool:
 def flow_window(args, plan: Plan) -> Optional[int]:
     """The flow window of every node of the run (None: Config's default).
 
-    A plain run keeps Config's default, so what `rpbcast stress` prints is
-    what the library does out of the box.  A window of 16384 was the stress
-    default for a while (issue 15): on the quiet machine it cost 0.72-0.74x
-    of the delivered rate for a p99 of 8-13 ms instead of 69-94 ms
-    (docs/performance.md, "Bounded queueing"), which is a choice for the
-    user (--flow-window), not a default."""
+    A plain run keeps Config's default (4096), so what `rpbcast stress`
+    prints is what the library does out of the box; --flow-window sets
+    another (0: off) on every node (docs/performance.md, "Pre-touching the
+    store, and a default window")."""
     return getattr(args, "flow_window", None)
 
 

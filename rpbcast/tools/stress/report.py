@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from rpbcast.config import Config
 from rpbcast.tools.stress.plan import flow_window, receivers_commit
 from rpbcast.tools.stress.tally import LAT_BINS
 
@@ -224,7 +225,8 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
         "transport": plan.transport, "loss": args.loss, "loss_model": plan.loss_model,
         "flow_control": plan.flow_control,
         "flow_commit": receivers_commit(args, plan),
-        "flow_window": flow_window(args, plan) or 0,     # 0: Config's default (off)
+        "flow_window": (Config().flow_window if flow_window(args, plan) is None    # the effective one
+                        else flow_window(args, plan)),
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
