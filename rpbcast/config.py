@@ -197,8 +197,9 @@ class Config:
     # crashed receiver must not stop the sender; reliability is the release
     # strategy's business, not this window's).  0 = off.  Default 4096: with
     # the stores pre-touched (`prefault`, which `rpbcast stress` sets), the
-    # window kept >= 0.9x of the unwindowed rate of the build before it, at
-    # a p99 of a few ms, for 1 -> 1 and for the default stress
+    # default stress kept 0.98-1.07x of the unwindowed rate of the build
+    # before it at p99 4-6 ms instead of ~0.1 s; 1 -> 1 0.90-1.05x at ~2 ms
+    # with publisher and subscriber pinned apart, 0.77-0.83x unpinned
     # (docs/performance.md, "Pre-touching the store, and a default window").
     flow_window: int = 4096
     flow_ack_every: int = 0               # 0: flow_window / 8

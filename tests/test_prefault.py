@@ -1,7 +1,7 @@
 """Config.prefault (csrc/bigmem.h): the message store is touched in full
 when the node is made, so that the data path's first lap over it takes no
-page fault (issue 15, the maximum-rate goal: the first lap of the stress's
-512 MiB store was a third of a receiving core, docs/performance.md
+page fault (issue 15, the maximum-rate goal: faulting in the stress's 704 MiB
+store inside the run cost a third of its delivered rate, docs/performance.md
 "Pre-touching the store")."""
 import pytest
 
