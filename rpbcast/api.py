@@ -323,8 +323,9 @@ class Node:
         delivered whole, docs/api.md "Large messages"; ValueError when it is
         larger than Config.max_message_size).
 
-        Back-pressure (the send window of Config.send_window is full, or
-        the store, or a FIFO-SRB window): with timeout=0 (the default)
+        Back-pressure (the send window of Config.send_window or the flow
+        window of Config.flow_window is full, or the store, or a FIFO-SRB
+        window; the error names which window): with timeout=0 (the default)
         raises BlockingIOError at once; with a number of seconds waits up
         to that long for room and then raises TimeoutError; None waits as
         long as it takes."""

@@ -221,12 +221,12 @@ def delivery_summary(args, plan, receivers, sent, finals, dropped, complete, t_s
     def tot(key, ids):
         return sum(finals[i]["stats"].get(key, 0) for i in ids if i in finals)
     data_bytes, repair_bytes, other_bytes = traffic_bytes(finals)
+    window = flow_window(args, plan)                     # None: Config's default
     return {
         "transport": plan.transport, "loss": args.loss, "loss_model": plan.loss_model,
         "flow_control": plan.flow_control,
         "flow_commit": receivers_commit(args, plan),
-        "flow_window": (Config().flow_window if flow_window(args, plan) is None    # the effective one
-                        else flow_window(args, plan)),
+        "flow_window": Config.flow_window if window is None else window,     # the effective one
         "kernel_drops": dropped, "senders": len(senders), "receivers": len(receivers), "loggers": len(loggers),
         "size": args.size, "sent": total_sent, "send_rate": total_sent / send_secs if send_secs else 0,
         "recv_rate_min": min(rates) if rates else 0, "recv_rate_max": max(rates) if rates else 0,
