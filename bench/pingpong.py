@@ -235,7 +235,7 @@ def lossy(args, argv):
     rest = [a for a in argv if a not in ("--hosts",)]
     i = rest.index("--loss")
     rest = rest[:i] + rest[i + 2:]                      # the inner ping runs without --loss
-    flags = [f for f in rest[3:] if f.startswith("--") and f not in ("--timeout",)]
+    flags = shared_flags(args)
     with contextlib.ExitStack() as stack:
         if args.hosts:
             net = stack.enter_context(netns.HostNet([PING, PONG]))
@@ -250,12 +250,58 @@ def lossy(args, argv):
         po = subprocess.Popen(netns.exec_argv(where[PONG], me + ["pong", str(pong_s), *flags]),
                               stdout=subprocess.PIPE, text=True, env=env)
         try:
-            po.stdout.readline()                        # READY
+            if not po.stdout.readline():                # READY, or the pong is gone
+                po.wait(timeout=10)
+                print(f"pingpong: the pong exited ({po.returncode}) before it was ready", file=sys.stderr)
+                return 2
             pi = subprocess.run(netns.exec_argv(where[PING], me + rest), env=env)
         finally:
             po.terminate()
             po.wait(timeout=10)
         return pi.returncode
+
+
+def _shared(p):
+    """The options both ends take (the lossy ping hands them on to its pong:
+    shared_flags)."""
+    p.add_argument("--inline", action="store_true", help="no loop thread: Node.poll from this thread")
+    p.add_argument("--spin", action="store_true", help="with --inline: never sleep in poll")
+    p.add_argument("--timestamps", action="store_true", help="rx_time = kernel arrival")
+    p.add_argument("--loop-receive", action="store_true",
+                   help="app_receive = false: the loop thread receives, the application waits on its eventfd")
+    p.add_argument("--spin-us", type=int, default=None, help="Config.receive_spin_us")
+    p.add_argument("--no-own-filter", action="store_true",
+                   help="Config.drop_own_copy = false: the own multicast copy reaches the node")
+    p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
+    p.add_argument("--tail-probe", type=float, default=None, help="Config.tail_probe (seconds; 0 = none)")
+    p.add_argument("--flow-window", type=int, default=None, help="Config.flow_window (0 = none)")
+    p.add_argument("--receive-mode", choices=("wait", "spin"), default=None,
+                   help="Config.receive_mode (spin: receive() never sleeps)")
+    p.add_argument("--busy-poll", action="store_true",
+                   help="Config.busy_poll: the loop thread spins instead of epoll")
+    p.add_argument("--busy-poll-us", type=int, default=None, help="Config.busy_poll_us (SO_BUSY_POLL)")
+    p.add_argument("--pin", action="store_true",
+                   help="pin the application thread: the ping's to the first CPU, the pong's to the last")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.freeze() once the node is up, and collect the youngest generation only "
+                        "every 50,000 allocations (a low-latency application's usual set-up: "
+                        "docs/api.md, \"The low-latency setup\")")
+
+
+def shared_flags(args):
+    """The shared options of a parsed ping as a pong's argv: every option
+    with its value (a flag alone when it is a switch)."""
+    probe = argparse.ArgumentParser(add_help=False)
+    _shared(probe)
+    out = []
+    for act in probe._actions:
+        v = getattr(args, act.dest)
+        if v is None or v is False:
+            continue
+        out.append(act.option_strings[0])
+        if v is not True:
+            out.append(str(v))
+    return out
 
 
 def main(argv=None):
@@ -271,28 +317,7 @@ def main(argv=None):
     b = sub.add_parser("pong")
     b.add_argument("max_s", type=float)
     for p in (a, b):
-        p.add_argument("--inline", action="store_true", help="no loop thread: Node.poll from this thread")
-        p.add_argument("--spin", action="store_true", help="with --inline: never sleep in poll")
-        p.add_argument("--timestamps", action="store_true", help="rx_time = kernel arrival")
-        p.add_argument("--loop-receive", action="store_true",
-                       help="app_receive = false: the loop thread receives, the application waits on its eventfd")
-        p.add_argument("--spin-us", type=int, default=None, help="Config.receive_spin_us")
-        p.add_argument("--no-own-filter", action="store_true",
-                       help="Config.drop_own_copy = false: the own multicast copy reaches the node")
-        p.add_argument("--loop-cpu", type=int, default=None, help="Config.loop_cpu: pin the loop thread")
-        p.add_argument("--tail-probe", type=float, default=None, help="Config.tail_probe (seconds; 0 = none)")
-        p.add_argument("--flow-window", type=int, default=None, help="Config.flow_window (0 = none)")
-        p.add_argument("--receive-mode", choices=("wait", "spin"), default=None,
-                       help="Config.receive_mode (spin: receive() never sleeps)")
-        p.add_argument("--busy-poll", action="store_true",
-                       help="Config.busy_poll: the loop thread spins instead of epoll")
-        p.add_argument("--busy-poll-us", type=int, default=None, help="Config.busy_poll_us (SO_BUSY_POLL)")
-        p.add_argument("--pin", action="store_true",
-                       help="pin the application thread: the ping's to the first CPU, the pong's to the last")
-        p.add_argument("--gc-freeze", action="store_true",
-                       help="gc.freeze() once the node is up, and collect the youngest generation only "
-                            "every 50,000 allocations (a low-latency application's usual set-up: "
-                            "docs/api.md, \"The low-latency setup\")")
+        _shared(p)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if args.spin and not args.inline:
