@@ -95,3 +95,30 @@ def test_send_stamps_strided_and_gathered_agree():
     assert send_stamps(b.buf, b.offs, b.lens).tolist() == [1000 + q for q in range(50)]
     b = batch([(1, 1, q, payload(1000 + q, s)) for q, s in enumerate([64, 8, 3, 100, 9])])
     assert send_stamps(b.buf, b.offs, b.lens).tolist() == [1000, 1001, 1003, 1004]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 50), st.integers(1, 60), st.sets(st.integers(0, 59)), st.sets(st.integers(0, 59)),
+       st.sets(st.integers(0, 3000)))
+def test_a_stream_of_fragmented_messages_is_checked_per_message(f, n, missing, twice, stray):
+    """Messages larger than a datagram take a seq per fragment and are
+    delivered with their first one's: message k is seq k * f.  The check
+    counts messages (missing, delivered twice) and names seqs; a delivered
+    seq that is no message's is unexpected."""
+    missing, twice = {k for k in missing if k < n}, {k for k in twice if k < n}
+    stray = {q for q in stray if q % f and q < n * f} if f > 1 else set()
+    seqs = [k * f for k in range(n) if k not in missing] + [k * f for k in twice if k not in missing]
+    seqs += sorted(stray)
+    t = Tally()
+    t.strides = {(1, 1): f}
+    t.add(batch([(1, 1, q, payload(NOW - 5, 64)) for q in seqs]), NOW)
+    r = t.check({(1, 1): n})["1/1"]
+    assert r["expected"] == n and r["delivered"] == n - len(missing)
+    assert r["missing"] == len(missing) and r["missing_ids"] == [k * f for k in sorted(missing)][:20]
+    dup = sorted(twice - missing)
+    assert r["duplicates"] == len(dup) and r["duplicate_ids"] == [k * f for k in dup][:20]
+    assert r["unexpected"] == len(stray)
+    assert t.complete({(1, 1): n}) == (not missing)
+    # pbcast: a message given up (its first fragment's seq in a lost range) is accounted for
+    lost = {(1, 1): [(k * f, k * f + f - 1) for k in missing]}
+    assert t.accounted({(1, 1): n}, lost)

@@ -21,6 +21,17 @@ START_DELAY_NS = 300_000_000        # from "start" to the senders' first message
 AGREE_SETTLE_NS = 1_000_000_000     # a killed sender's stream: receivers agree for this long -> settled
 
 
+def seqs_per_message(sent_event) -> int:
+    """How many seqs each message of a finished sender's stream took: one,
+    or its fragments' count when the (equal-sized) messages were larger
+    than a datagram -- the library delivers such a message with its first
+    fragment's seq, so the receivers look for message k at seq k * this."""
+    count, seqs = sent_event.get("count", 0), sent_event.get("seqs", 0)
+    if count > 0 and seqs >= count and seqs % count == 0:
+        return seqs // count
+    return 1
+
+
 class _Terminated(Exception):
     pass
 
@@ -164,6 +175,7 @@ class Supervisor:
         self.agree = {}                 # receiver -> its last {"s/inc": [n, top, crc]} for dead streams
         self.agree_since = None         # when the receivers last started agreeing (monotonic ns)
         self.expect = self.latest = None
+        self.strides = {}               # "s/inc" -> seqs per message (seqs_per_message)
         self.expect_sent = False
         self.expect_key = None          # what the receivers were last told
         self.wait_deadline = None       # --timeout after the last sender finished
@@ -334,13 +346,15 @@ class Supervisor:
                 self.faults.on_sending_done(time.monotonic_ns())
             expect = {k: ev["count"] for k, ev in self.streams.items()}
             latest = {k: ev.get("latest") for k, ev in self.streams.items()}
+            self.strides = {k: seqs_per_message(ev) for k, ev in self.streams.items()}
             key = (tuple(sorted(expect.items())), tuple(sorted(self.dead_streams)))
             if key != self.expect_key:
                 self.expect, self.latest = expect, latest
                 self.expect_key = key
                 self.complete = set()
                 self.group.send([i for i in self.live_receivers() if i in procs], cmd="expect",
-                                counts=self.expect, latest=self.latest, agree=sorted(self.dead_streams), **self.atomic_expect())
+                                counts=self.expect, latest=self.latest, agree=sorted(self.dead_streams),
+                                strides=self.strides, **self.atomic_expect())
                 if not self.expect_sent:
                     self.wait_deadline = now + self.args.timeout
                 self.expect_sent = True
@@ -349,7 +363,7 @@ class Supervisor:
             for i in self.restarted_receivers():
                 if i in procs and i not in self.complete:
                     procs[i].send(cmd="expect", counts=self.expect, latest=self.latest,
-                                  agree=sorted(self.dead_streams), **self.atomic_expect())
+                                  agree=sorted(self.dead_streams), strides=self.strides, **self.atomic_expect())
 
     def restarted_receivers(self):
         return [f.node for f in self.faults.faults

@@ -71,6 +71,11 @@ class Tally:
     for FIFO-SRB also FIFO order and the latest value seen per label."""
 
     semantic = False              # FIFO-SRB: obsolete values may be skipped (set by the receiver)
+    # (sender, inc) -> seqs per message: a message larger than a datagram
+    # goes out as fragments, each a seq, and is delivered whole with its
+    # first fragment's seq -- message k of a stream of equal sizes is seq
+    # k * stride (set by the receiver from the orchestrator's expectation)
+    strides: dict = {}
 
     def __init__(self):
         self.last_seq = {}        # (sender, inc) -> last seq delivered (FIFO check)
@@ -189,16 +194,16 @@ class Tally:
             out[key] = {"expected": None, "delivered": n, "highest": top, "digest": crc, "missing": 0,
                         "duplicates": int((arr > 1).sum()), "unexpected": 0, "agree": True}
         for (s, i), n in expect.items():
-            arr = self.counts.get((s, i), np.zeros(0, np.uint8))
-            a = np.zeros(n, np.uint8)
-            m = min(n, len(arr))
-            a[:m] = arr[:m]
-            extra = int((arr[n:] > 0).sum()) if len(arr) > n else 0
+            a, extra = self.per_message((s, i), n)
+            f = max(1, int(self.strides.get((s, i), 1)))
             missing = np.nonzero(a == 0)[0]
             dups = np.nonzero(a > 1)[0]
+            # the ids named are seqs, the library's ids (a message's first fragment's)
             out[f"{s}/{i}"] = {"expected": n, "delivered": int((a > 0).sum()), "missing": int(len(missing)),
-                               "missing_ids": missing[:20].tolist(), "duplicates": int(len(dups)),
-                               "duplicate_ids": dups[:20].tolist(), "unexpected": extra}
+                               "missing_ids": (missing[:20] * f).tolist(), "duplicates": int(len(dups)),
+                               "duplicate_ids": (dups[:20] * f).tolist(), "unexpected": extra}
+            if f > 1:
+                out[f"{s}/{i}"]["seqs_per_message"] = f
             if self.semantic:
                 want = (latest or {}).get(f"{s}/{i}") or {}
                 have = self.label_last.get((s, i), {})
@@ -219,24 +224,34 @@ class Tally:
                 if any(have.get(int(lab)) != q for lab, q in (want or {}).items()):
                     return False
             return True
-        for (s, i), n in expect.items():
-            arr = self.counts.get((s, i))
-            if arr is None or len(arr) < n or not arr[:n].all():
+        for key, n in expect.items():
+            if not self.per_message(key, n)[0].all():
                 return False
         return True
+
+    def per_message(self, key, n):
+        """(how often each of the stream's first n messages was delivered,
+        how many seqs were delivered that are no message's): message k is
+        seq k * stride."""
+        arr = self.counts.get(key)
+        a = np.zeros(n, np.uint8)
+        if arr is None:
+            return a, 0
+        view = arr[::max(1, int(self.strides.get(key, 1)))][:n]
+        a[:len(view)] = view
+        return a, int(np.count_nonzero(arr)) - int(np.count_nonzero(view))
 
     def accounted(self, expect, lost) -> bool:
         """Whether every expected id was delivered or given up by the
         protocol (pbcast's "lost" events: {(s, inc): [(lo, hi)]}): the end
         of a probabilistic protocol's run, which the check then reports as
         a delivered fraction, never as exactly once."""
-        for (s, i), n in expect.items():
-            arr = self.counts.get((s, i))
-            have = np.zeros(n, dtype=bool)
-            if arr is not None:
-                m = min(n, len(arr))
-                have[:m] = arr[:m] != 0
-            for lo, hi in lost.get((s, i), ()):
+        for key, n in expect.items():
+            have = self.per_message(key, n)[0] != 0
+            f = max(1, int(self.strides.get(key, 1)))
+            for lo, hi in lost.get(key, ()):
+                # a message is given up when its first fragment's seq is
+                lo, hi = -(-lo // f), hi // f
                 if lo < n:
                     have[lo:min(hi, n - 1) + 1] = True
             if not have.all():

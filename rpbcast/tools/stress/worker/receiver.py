@@ -65,6 +65,7 @@ def run_receiver(spec, cmds, tw_factory):
             app.hold(b, now, tally)
         if orders.read(cmds):
             completed = False               # new orders: say so again once they are met
+            tally.strides = orders.strides
         # what the checks and reports below read must be counted first
         app.settle(tally, now, force=(orders.expect is not None and not completed) or now >= next_report
                    or bool(ckpt and now >= next_save))
@@ -242,6 +243,7 @@ class _Orders:
         self.expect = None
         self.latest = None
         self.agree = []
+        self.strides = {}         # (sender, inc) -> seqs per message (Tally.strides)
         self.stop = False
         self._counts = self._agree = None
 
@@ -255,6 +257,7 @@ class _Orders:
                 self._counts, self._agree = c["counts"], c.get("agree", [])
                 self.expect = {tuple(map(int, k.split("/"))): v for k, v in c["counts"].items()}
                 self.latest = c.get("latest")
+                self.strides = {tuple(map(int, k.split("/"))): int(v) for k, v in c.get("strides", {}).items()}
                 self.agree = [tuple(map(int, k.split("/"))) for k in c.get("agree", [])]
             elif c["cmd"] == "stop":
                 self.stop = True

@@ -69,8 +69,10 @@ def _send(spec, node, cmds, tw, events):
             drain_trace(node, tw)
             events.poll(node)
             next_report = now + every
-    emit(event="sent", id=node.node_id, inc=node.incarnation, count=sent, blocked=blocked,
-         seconds=(time.monotonic_ns() - t0) / 1e9, latest=batches.latest_by_label())
+    # seqs: what the messages used -- a message larger than a datagram takes
+    # a seq per fragment (the receivers' check needs it: Tally.strides)
+    emit(event="sent", id=node.node_id, inc=node.incarnation, count=sent, seqs=int(node.stats()["sent"]),
+         blocked=blocked, seconds=(time.monotonic_ns() - t0) / 1e9, latest=batches.latest_by_label())
     while True:
         try:
             c = cmds.get(timeout=0.1)
