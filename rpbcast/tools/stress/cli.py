@@ -51,7 +51,10 @@ def add_parsers(sub):
                    help="with --key-file: encrypt every datagram's body (Config.encrypt)")
     p.add_argument("--mac-impl", choices=["auto", "ipsec-mb", "openssl"], default="auto",
                    help="with --key-file: the engine that computes the MAC (Config.mac_impl)")
-    p.add_argument("--batch", type=int, default=1024, help="messages per publish_batch call")
+    p.add_argument("--batch", type=int, default=None,
+                   help="messages per publish_batch call (default: 1024, and at most 1 MiB of payload: a "
+                        "call's messages are stamped before it, so a call of a thousand large messages "
+                        "counted its own duration into their latency)")
     p.add_argument("--stamp", choices=["due", "publish"], default="due",
                    help="with --rate: what a message's latency counts from -- its due time on the "
                         "sender's schedule (the default: a sender that fell behind shows it) or the "

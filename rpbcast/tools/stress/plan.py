@@ -152,6 +152,21 @@ def flow_window(args, plan: Plan) -> Optional[int]:
     return getattr(args, "flow_window", None)
 
 
+BATCH = 1024                    # messages per publish_batch call, by default...
+BATCH_BYTES = 1 << 20           # ...and at most this much payload
+
+
+def publish_batch(args) -> int:
+    """Messages per publish_batch call: --batch, else 1024 capped at 1 MiB
+    of payload.  The sender stamps a call's messages before the call, so the
+    call's own duration is in their latency: 1024 messages of 64 KB (64 MiB,
+    a hundred milliseconds to publish) showed p50 ~0.1 s where 16 per call
+    show a few ms, at 1.6x the rate (docs/performance.md)."""
+    if getattr(args, "batch", None):
+        return args.batch
+    return max(1, min(BATCH, BATCH_BYTES // max(1, args.size)))
+
+
 def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = None) -> dict:
     """What worker process i is started with: its node's configuration and
     its part in the run (rpbcast.tools.stress.worker)."""
@@ -208,7 +223,7 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
             "labels": args.labels, "semantic": bool(args.srb_window),
             "gsgc": args.gsgc, "gsgc_b": args.gsgc_b,
             "slow": args.slow_receiver if (role == "receiver" and i == plan.receivers[0]) else 0,
-            "duration": args.duration, "batch": args.batch, "run_dir": plan.run_dir,
+            "duration": args.duration, "batch": publish_batch(args), "run_dir": plan.run_dir,
             "stamp": getattr(args, "stamp", "due"),
             "inline": bool(args.inline) and role == "receiver",
             "faults": bool(getattr(args, "faults_named", False)),
