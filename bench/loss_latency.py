@@ -4,6 +4,7 @@ loss, in the same run, with the exactly-once check of every run.
 
     sudo python3 bench/loss_latency.py [--reps 5] [--loss 0.01] [--count 3000]
                                        [--hosts] [--baseline ../other-checkout] [--json out.json]
+                                       [--setup default|low-latency|both]
 
 Every run is in network namespaces of its own; loss is iptables
 `statistic` on INPUT.  On loopback (the default) a GSO super-datagram is
@@ -40,8 +41,17 @@ def env_for(tree):
     return dict(os.environ, PYTHONPATH=tree)
 
 
-def rtt(tree, loss, count, hosts):
+# --setup low-latency: docs/api.md's low-latency setup on both ends -- the
+# application thread spins in receive() and is pinned to a CPU of its own
+# (the ping's the first, the pong's the last); the ping-pong also freezes the
+# start-up objects out of the collector (--gc-freeze)
+SETUPS = {"default": ([], []),
+          "low-latency": (["--receive-mode", "spin", "--pin", "--gc-freeze"], ["--receive-mode", "spin", "--pin"])}
+
+
+def rtt(tree, loss, count, hosts, setup="default"):
     argv = [sys.executable, os.path.join(HERE, "pingpong.py"), "ping", str(count), "64", "--timeout", "0.5"]
+    argv += SETUPS[setup][0]
     # always in a namespace of its own: lossless is a loss rule that never fires, the same path
     argv += ["--loss", repr(max(loss, 1e-12))]
     if hosts:
@@ -58,9 +68,10 @@ def rtt(tree, loss, count, hosts):
             "exact": bool(exact and exact.group(1) == "yes"), "ok": True}
 
 
-def oneway(tree, loss, seconds, hosts):
+def oneway(tree, loss, seconds, hosts, setup="default"):
     argv = [sys.executable, "-m", "rpbcast", "stress", "--json", "--quiet", "--rate", "100000",
             "--receivers", "1", "--loggers", "0", "--duration", str(seconds)]
+    argv += SETUPS[setup][1]
     if loss:
         argv += ["--loss", str(loss)]
     if hosts:
@@ -89,34 +100,38 @@ def main():
     ap.add_argument("--hosts", action="store_true", help="two hosts on a veth LAN (per-packet loss)")
     ap.add_argument("--baseline", help="another checkout, measured alternately (its PYTHONPATH)")
     ap.add_argument("--only", choices=["rtt", "oneway"], help="one of the two measurements")
+    ap.add_argument("--setup", choices=[*SETUPS, "both"], default="default",
+                    help="the receivers' set-up (low-latency: spinning, pinned; both: each in turn, same run)")
     ap.add_argument("--json")
     a = ap.parse_args()
     trees = {"this": ROOT}
     if a.baseline:
         trees["baseline"] = os.path.abspath(a.baseline)
-    kinds = {"rtt": lambda t, p: rtt(t, p, a.count, a.hosts),
-             "oneway": lambda t, p: oneway(t, p, a.seconds, a.hosts)}
+    setups = list(SETUPS) if a.setup == "both" else [a.setup]
+    kinds = {"rtt": lambda t, p, su: rtt(t, p, a.count, a.hosts, su),
+             "oneway": lambda t, p, su: oneway(t, p, a.seconds, a.hosts, su)}
     if a.only:
         kinds = {a.only: kinds[a.only]}
     runs = {}
     for rep in range(a.reps):
         for kind, fn in kinds.items():
-            for loss in (0.0, a.loss):
-                for name, tree in trees.items():         # alternating, same load
-                    res = fn(tree, loss)
-                    runs.setdefault((kind, loss, name), []).append(res)
-                    print(f"rep {rep} {kind} loss {loss:.1%} {name}: {res}", file=sys.stderr, flush=True)
+            for su in setups:
+                for loss in (0.0, a.loss):
+                    for name, tree in trees.items():         # alternating, same load
+                        res = fn(tree, loss, su)
+                        runs.setdefault((kind, su, loss, name), []).append(res)
+                        print(f"rep {rep} {kind} {su} loss {loss:.1%} {name}: {res}", file=sys.stderr, flush=True)
     rows = []
-    for (kind, loss, name), rs in runs.items():
-        rows.append({"kind": kind, "loss": loss, "tree": name, "p50_us": med(rs, "p50"),
+    for (kind, su, loss, name), rs in runs.items():
+        rows.append({"kind": kind, "setup": su, "loss": loss, "tree": name, "p50_us": med(rs, "p50"),
                      "p99_us": med(rs, "p99"), "p999_us": med(rs, "p999"),
                      "exact": sum(1 for r in rs if r.get("ok") and r["exact"]), "runs": len(rs), "all": rs})
     where = "veth LAN (per-packet loss)" if a.hosts else "loopback (GSO bursts dropped whole)"
     print(f"{where}, medians of {a.reps} reps")
-    print(f"{'kind':<7} {'loss':>5} {'tree':<8} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9}  exact")
+    print(f"{'kind':<7} {'setup':<11} {'loss':>5} {'tree':<8} {'p50 us':>9} {'p99 us':>9} {'p99.9 us':>9}  exact")
     for r in rows:
         f = lambda v: f"{v:9.0f}" if v is not None else "        -"  # noqa: E731
-        print(f"{r['kind']:<7} {r['loss']:>5.1%} {r['tree']:<8} {f(r['p50_us'])} {f(r['p99_us'])} "
+        print(f"{r['kind']:<7} {r['setup']:<11} {r['loss']:>5.1%} {r['tree']:<8} {f(r['p50_us'])} {f(r['p99_us'])} "
               f"{f(r['p999_us'])}  {r['exact']}/{r['runs']}")
     if a.json:
         with open(a.json, "w") as fh:
