@@ -15,6 +15,36 @@ void rp_flowack_free(rp_flowack_t *f) {
     free(f->m);
     f->m = NULL;
     f->n = f->cap = 0;
+    free(f->cum);
+    f->cum = NULL;
+    f->mask = 0;
+}
+
+int rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes) {
+    f->limit_bytes = limit_bytes;
+    if (f->cum && (!limit_bytes || f->mask < f->limit)) {
+        free(f->cum);                   /* off, or too small for a larger window: a new one later */
+        f->cum = NULL;
+        f->mask = 0;
+    }
+    return RP_OK;
+}
+
+void rp_flowack_arm_bytes(rp_flowack_t *f, const rp_node_t *n) {
+    if (!f->limit_bytes || !f->limit || f->cum)
+        return;
+    uint64_t cap = 1024;
+    while (cap <= f->limit && cap < ((uint64_t)1 << 32))
+        cap <<= 1;
+    uint64_t *c = (uint64_t *)calloc(cap, sizeof(uint64_t));
+    if (!c) {
+        f->limit_bytes = 0;             /* the seq window still holds */
+        return;
+    }
+    f->cum = c;
+    f->mask = cap - 1;
+    f->pub_bytes = 0;
+    f->cum_from = n->next_seq;
 }
 
 static int by_id(const void *a, const void *b) {

@@ -57,6 +57,14 @@ typedef struct rp_flowack {
      * bucket b: [2^b, 2^(b+1)) microseconds (0: < 2 us, 15: >= 32 ms) */
     int64_t last_move;
     uint64_t gap_hist[16];
+    /* sender side, the byte bound (rp_flowack_set_bytes): a window of 4,096
+     * seqs is 256 KiB of 64 B messages but 4-6 MiB of 1 KB ones or of
+     * fragments -- 10-15 ms of queue at this machine's rate, not a few */
+    uint64_t limit_bytes;  /* own payload bytes beyond the least frontier (0: no byte bound) */
+    uint64_t *cum;         /* cum[s & mask]: own payload bytes published through seq s */
+    uint64_t mask;         /* ring size - 1 (a power of 2 above limit) */
+    uint64_t pub_bytes;    /* own payload bytes published since cum_from */
+    uint64_t cum_from;     /* the first own seq the ring knows */
 } rp_flowack_t;
 
 int  rp_flowack_init(rp_flowack_t *f, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns);
@@ -90,13 +98,71 @@ int rp_flowack_after_batch(rp_node_t *n, int drained, int64_t now);
  * were queued. */
 int rp_flowack_after_take(rp_node_t *n, int64_t now);
 
+/* Sender side: payload bytes of own seqs beyond the frontier (UINT64_MAX
+ * when more seqs are out than the ring holds: a message larger than the
+ * window went out whole, and the window is full anyway). */
+RP_INLINE uint64_t rp_flowack_bytes_out(const rp_flowack_t *f, const rp_node_t *n) {
+    uint64_t inflight = n->next_seq > f->front ? n->next_seq - f->front : 0;
+    if (!inflight)
+        return 0;
+    if (inflight > f->mask)
+        return UINT64_MAX;
+    if (f->front <= f->cum_from)
+        return f->pub_bytes;
+    return f->pub_bytes - f->cum[(f->front - 1) & f->mask];
+}
+
+/* Bytes the byte bound still lets out (UINT64_MAX: no byte bound). */
+RP_INLINE uint64_t rp_flowack_room_bytes(const rp_flowack_t *f, const rp_node_t *n) {
+    if (!f || !f->limit || !f->limit_bytes || !f->cum || !f->active)
+        return UINT64_MAX;
+    uint64_t b = rp_flowack_bytes_out(f, n);
+    return b >= f->limit_bytes ? 0 : f->limit_bytes - b;
+}
+
 /* Own messages in flight beyond the window's frontier, and the room left
- * (UINT64_MAX: no flow window). */
+ * (UINT64_MAX: no flow window); none while the byte bound is reached. */
 RP_INLINE uint64_t rp_flowack_room(const rp_flowack_t *f, const rp_node_t *n) {
     if (!f || !f->limit || !f->active)
         return UINT64_MAX;
     uint64_t inflight = n->next_seq > f->front ? n->next_seq - f->front : 0;
-    return inflight >= f->limit ? 0 : f->limit - inflight;
+    if (inflight >= f->limit || !rp_flowack_room_bytes(f, n))
+        return 0;
+    return f->limit - inflight;
 }
+
+/* How many of a batch's messages (lens) may go now under the byte bound:
+ * while the bytes out stay below it (the last may cross it, as one message
+ * larger than the window goes once there is room). */
+RP_INLINE size_t rp_flowack_fit(const rp_flowack_t *f, const rp_node_t *n, const uint32_t *lens,
+                                size_t count) {
+    uint64_t room = rp_flowack_room_bytes(f, n);
+    if (room == UINT64_MAX)
+        return count;
+    size_t k = 0;
+    uint64_t sum = 0;
+    while (k < count && sum < room)
+        sum += lens[k++];
+    return k;
+}
+
+/* Sender side, per own seq published (its payload bytes): the byte bound's
+ * account. */
+RP_INLINE void rp_flowack_sent(rp_flowack_t *f, uint64_t seq, uint32_t len) {
+    if (f && f->cum) {
+        f->pub_bytes += len;
+        f->cum[seq & f->mask] = f->pub_bytes;
+    }
+}
+
+/* The byte bound (0: none), after the window's limit in seqs. */
+int rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes);
+
+/* Its account, a ring of cumulative bytes sized above the seq limit, from
+ * next_seq on: made with the member table (what the control plane sets
+ * only under a data-plane loop), so the simulator's thousands of nodes and
+ * the in-memory network's never pay for one.  Without memory for it the
+ * bound is dropped and the seq window holds alone. */
+void rp_flowack_arm_bytes(rp_flowack_t *f, const rp_node_t *n);
 
 #endif

@@ -613,10 +613,13 @@ size_t rp_loop_publish_batch_ext(rp_loop_t *l, const uint8_t *payloads, const ui
     pthread_mutex_lock(&l->mu);
     int64_t now = rp_now_ns();
     uint64_t room = rp_sendwin_room(&l->win, l->node);
-    if (count > room)
+    size_t fit = rp_flowack_fit(l->node->flowack, l->node, lens, count);
+    if (count > room || fit < count) {
         room = room_after_acks(l);
-    if (count > room) {
-        count = (size_t)room;
+        fit = rp_flowack_fit(l->node->flowack, l->node, lens, count);
+    }
+    if (count > room || fit < count) {
+        count = (size_t)(room < fit ? room : fit);
         rp_sendwin_closed(&l->win);
     }
     size_t k = count ? rp_node_publish_batch_ext(l->node, payloads, lens, labels, count, stream, now) : 0;

@@ -1253,6 +1253,7 @@ static int64_t publish_msg(rp_node_t *n, const uint8_t *payload, uint32_t len, u
         memcpy(p, payload, len);
     if (n->srbw)
         rp_srbw_sent(n->srbw, srb_label, (uint64_t)t);
+    rp_flowack_sent(n->flowack, seq, len);
     n->next_seq++;
     if (!n->hold_send)
         n->acked = n->next_seq;

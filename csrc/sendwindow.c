@@ -36,6 +36,8 @@ int rp_sendwin_reopened(const rp_sendwin_t *w, const rp_node_t *n) {
     const rp_flowack_t *fa = n->flowack;
     if (fa && fa->limit && rp_flowack_room(fa, n) < (fa->limit + 3) / 4)
         return 0;
+    if (fa && fa->limit_bytes && rp_flowack_room_bytes(fa, n) < (fa->limit_bytes + 3) / 4)
+        return 0;
     return 1;
 }
 

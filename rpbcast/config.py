@@ -202,6 +202,14 @@ class Config:
     # with publisher and subscriber pinned apart, 0.77-0.83x unpinned
     # (docs/performance.md, "Pre-touching the store, and a default window").
     flow_window: int = 4096
+    # ...and at most this many payload bytes beyond it (0: no byte bound).
+    # The window counts seqs -- a fragment of a large message is one --, so
+    # 4096 of them are 256 KiB of 64 B messages but 4-6 MiB of 1 KB ones or
+    # of fragments: p99 10-16 ms at maximum rate.  2 MiB: 5.6-7.7 ms at
+    # 0.85-1.17x of the rate, 64 B messages untouched (1 MiB: 4-5 ms at
+    # 0.78-0.85x; docs/performance.md, "Large messages at maximum rate").
+    # Off with flow_window = 0.
+    flow_window_bytes: int = 2 << 20
     flow_ack_every: int = 0               # 0: flow_window / 8
     flow_ack_timeout: float = 0.1
 
@@ -440,6 +448,10 @@ class Config:
              and 0 <= self.flow_window <= 1 << 32,
              f"flow_window must be an integer number of messages in 0..2**32 (0 = off), "
              f"got {self.flow_window!r}")
+        need(isinstance(self.flow_window_bytes, int) and not isinstance(self.flow_window_bytes, bool)
+             and 0 <= self.flow_window_bytes <= 1 << 40,
+             f"flow_window_bytes must be an integer number of bytes in 0..2**40 (0 = no byte bound), "
+             f"got {self.flow_window_bytes!r}")
         need(isinstance(self.flow_ack_every, int) and not isinstance(self.flow_ack_every, bool)
              and 0 <= self.flow_ack_every <= 1 << 32,
              f"flow_ack_every must be an integer number of messages in 0..2**32 (0 = flow_window / 8), "
@@ -578,7 +590,7 @@ class Config:
 
 _INT_FIELDS = ("mtu", "store_bytes", "store_entries", "max_gap", "gc_limit", "gossip_buffer_bytes",
                "nack_sender_max", "max_scan", "max_streams", "max_streams_per_node", "max_stranger_streams", "sponsors", "ack_loggers", "srb_window", "srb_f",
-               "send_window", "flow_window", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us", "publish_spin_us", "busy_poll_us",
+               "send_window", "flow_window", "flow_window_bytes", "flow_ack_every", "conflate", "rcvbuf", "sndbuf", "rx_batch", "ttl", "receive_spin_us", "publish_spin_us", "busy_poll_us",
                "max_message_size", "reassembly_bytes", "reply_outbox_bytes", "repair_requesters")
 _NUMBER_FIELDS = ("flow_ack_timeout", "repair_rate", "repair_burst", "requester_repair_rate", "requester_repair_burst", "amplify_factor", "unvalidated_rate", "drop_rate", "log_min_keep")
 

@@ -27,7 +27,9 @@ def _cfg(i, port, **kw):
 @pytest.mark.parametrize("key,bad", [("flow_window", -1), ("flow_window", 2**32 + 1), ("flow_window", "4096"),
                                      ("flow_window", True), ("flow_ack_every", -3), ("flow_ack_every", 1.5),
                                      ("flow_ack_timeout", 0), ("flow_ack_timeout", "1"),
-                                     ("flow_ack_timeout", 1e9)])
+                                     ("flow_ack_timeout", 1e9), ("flow_window_bytes", -1),
+                                     ("flow_window_bytes", 2**40 + 1), ("flow_window_bytes", 1.5),
+                                     ("flow_window_bytes", True)])
 def test_bad_flow_window_keys_are_config_errors_naming_them(key, bad):
     with pytest.raises(ConfigError, match=key):
         Config(node_id=1, **{key: bad})
@@ -197,6 +199,48 @@ def test_the_flow_window_is_on_by_default():
             _take_all(rx, 4096, "recv_batch")
             assert tx.wait_writable(10.0)
             assert tx.publish(b"y" * 64) == 4096
+        finally:
+            rx.close(report=False)
+            tx.close(report=False)
+
+
+@pytest.mark.netns
+@pytest.mark.timeout(120)
+def test_the_byte_bound_holds_large_messages_to_bytes_not_seqs():
+    """Config.flow_window_bytes: with a window of 4096 seqs, messages of
+    1,000 B would have 4 MB out; a byte bound of 64 KiB holds the sender
+    at 66 of them (the last crosses it) with an error naming the key; the
+    account counts every byte of every seq, fragments of a large message
+    too; what the application takes reopens it."""
+    from rpbcast import Node
+    kw = dict(flow_control="loggers", flow_window=4096, flow_window_bytes=65536, flow_ack_timeout=30.0)
+    with netns.namespace() as ns, netns.entered(ns):
+        tx, rx = Node(_cfg(1, PORT + 60, **kw)), Node(_cfg(2, PORT + 60, **kw))
+        try:
+            time.sleep(0.2)
+            lens, buf = np.full(100, 1000, np.uint32), np.zeros(100 * 1000, np.uint8)
+            assert tx.publish_batch(buf, lens) == 66          # 65 x 1000 < 65,536 <= 66 x 1000
+            out = tx.engine.node.flow_stats()
+            assert out["limit_bytes"] == 65536 and 66000 <= out["bytes_out"] < 66000 + 66 * 64
+            with pytest.raises(BlockingIOError, match="flow window is full .*65,536 bytes.*flow_window_bytes"):
+                tx.publish(b"x" * 1000)
+            assert not tx.wait_writable(0.3)                  # nothing taken: still out
+            got, deadline = 0, time.monotonic() + 10
+            while got < 66 and time.monotonic() < deadline:
+                rx.wait(0.5)
+                got += rx.recv_batch(100).count
+            assert got == 66
+            assert tx.wait_writable(10.0)
+            # one message larger than the bound goes whole once there is room (its fragments
+            # are seqs of their own), and then holds the sender until it is taken
+            assert tx.engine.node.flow_stats()["bytes_out"] == 0
+            seq = tx.publish(b"L" * 200_000)
+            assert tx.engine.node.flow_stats()["bytes_out"] >= 200_000
+            with pytest.raises(BlockingIOError, match="flow_window_bytes"):
+                tx.publish(b"y")
+            m = rx.receive(timeout=10)
+            assert m is not None and m.seq == seq and len(m.payload) == 200_000
+            assert tx.wait_writable(10.0)
         finally:
             rx.close(report=False)
             tx.close(report=False)

@@ -494,6 +494,7 @@ cdef extern from "flowack.h" nogil:
         int active
         uint64_t n_tx, n_rx, n_rejected, n_stale, n_batches
         uint64_t gap_hist[16]
+        uint64_t limit_bytes, pub_bytes
     int RP_FLOWACK_MAX_MEMBERS
 
 cdef extern from "reqlimit.h" nogil:
@@ -788,6 +789,8 @@ cdef extern from "loop.h" nogil:
 
 cdef extern from "flowack.h" nogil:
     int rp_flowack_init(rp_flowack_t *f, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns)
+    int rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes)
+    void rp_flowack_arm_bytes(rp_flowack_t *f, const rp_node_t *n)
     void rp_flowack_free(rp_flowack_t *f)
     int rp_flowack_set_members(rp_flowack_t *f, const uint32_t *ids, const uint32_t *incs,
                                const uint64_t *addrs, const uint8_t *counts, uint32_t n, int64_t now)
@@ -798,6 +801,7 @@ cdef extern from "flowack.h" nogil:
         RP_FLOWACK_MOVED
         RP_FLOWACK_QUEUED
     uint64_t rp_flowack_room(const rp_flowack_t *f, const rp_node_t *n)
+    uint64_t rp_flowack_bytes_out(const rp_flowack_t *f, const rp_node_t *n)
 
 cdef extern from "auth.h" nogil:
     # replay.h, through the keyed node's auth context

@@ -131,11 +131,14 @@ cdef class Node:
 
     # ---- the flow window (csrc/flowack.h) -------------------------------
 
-    def flow_configure(self, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns):
+    def flow_configure(self, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns,
+                       uint64_t limit_bytes=0):
         """Turn on the data-plane flow acknowledgments: as a receiver, ack
         every `every` new messages (or when a batch drains the socket); as a
-        sender, publish at most `limit` messages beyond the least frontier
-        the members acknowledged (0: acknowledge, but no window)."""
+        sender, publish at most `limit` messages (seqs: a fragment is one)
+        and `limit_bytes` payload bytes (0: no byte bound) beyond the least
+        frontier the members acknowledged (limit 0: acknowledge, but no
+        window)."""
         if self.flow == NULL:
             self.flow = <rp_flowack_t *>malloc(sizeof(rp_flowack_t))
             if self.flow == NULL:
@@ -146,6 +149,7 @@ cdef class Node:
             self.flow.every = every if every else 1
             self.flow.stale_ns = stale_ns
             self.flow.resend_ns = resend_ns
+        rp_flowack_set_bytes(self.flow, limit_bytes)
         self.n.flowack = self.flow
 
     def flow_set_members(self, members, int64_t now):
@@ -170,6 +174,7 @@ cdef class Node:
             cv[i] = 1 if mc else 0
         if rp_flowack_set_members(self.flow, &iv[0], &nv[0], &av[0], &cv[0], <uint32_t>k, now) != RP_OK:
             raise MemoryError()
+        rp_flowack_arm_bytes(self.flow, &self.n)
         rp_flowack_update(self.flow, &self.n, now)
 
     @property
@@ -200,7 +205,9 @@ cdef class Node:
         if self.flow == NULL:
             return None
         cdef uint64_t room = rp_flowack_room(self.flow, &self.n)
-        return {"limit": self.flow.limit, "every": self.flow.every, "active": bool(self.flow.active),
+        return {"limit": self.flow.limit, "limit_bytes": self.flow.limit_bytes,
+                "bytes_out": rp_flowack_bytes_out(self.flow, &self.n) if self.flow.active else 0,
+                "every": self.flow.every, "active": bool(self.flow.active),
                 "front": self.flow.front, "room": None if room == 0xFFFFFFFFFFFFFFFF else room,
                 "acks_sent": self.flow.n_tx, "acks_received": self.flow.n_rx,
                 "acks_rejected": self.flow.n_rejected, "stale": self.flow.n_stale,

@@ -558,8 +558,11 @@ cdef class Transport:
         finally:
             self.unlock()
         if flow_full:
-            return (f"back-pressure: the flow window is full ({self.engine.cfg.flow_window:,} messages beyond "
-                    f"what the slowest receiving application has taken; Config.flow_window)")
+            cfg = self.engine.cfg
+            also = f" or {cfg.flow_window_bytes:,} bytes" if cfg.flow_window_bytes else ""
+            return (f"back-pressure: the flow window is full ({cfg.flow_window:,} messages{also} beyond "
+                    f"what the slowest receiving application has taken; Config.flow_window"
+                    f"{', flow_window_bytes' if also else ''})")
         return (f"back-pressure: the send window is full ({rp_loop_window(&self.loop).limit:,} "
                 f"published messages not yet acknowledged; Config.send_window)")
 

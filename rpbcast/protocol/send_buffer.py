@@ -148,7 +148,7 @@ class FlowWindow:
         if self.on:
             every = cfg.flow_ack_every or max(1, cfg.flow_window // 8)
             self.node.flow_configure(cfg.flow_window, every, _ns(cfg.flow_ack_timeout),
-                                     _ns(min(cfg.flow_report_interval, 0.001)))
+                                     _ns(min(cfg.flow_report_interval, 0.001)), cfg.flow_window_bytes)
 
     def sync(self, now):
         # only under a data-plane loop (udp): the simulator's thousands of

@@ -75,6 +75,9 @@ def add_parsers(sub):
     p.add_argument("--flow-window", type=int, default=None, metavar="MESSAGES",
                    help="a sender's flow window over the receivers' data-plane acknowledgments "
                         "(Config.flow_window; 0 = off; default: Config's, 4096)")
+    p.add_argument("--flow-window-bytes", type=int, default=None, metavar="BYTES",
+                   help="and at most this many payload bytes in flight beyond the receivers' acknowledgments "
+                        "(Config.flow_window_bytes; 0 = no byte bound; default: Config's)")
     p.add_argument("--flow-ack-every", type=int, default=None, metavar="MESSAGES",
                    help="receivers acknowledge to the flow window every this many messages taken "
                         "(Config.flow_ack_every; default: Config's, the window / 8)")

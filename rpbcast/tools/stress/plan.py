@@ -193,6 +193,8 @@ def worker_spec(args, plan: Plan, i: int, role: str, extra: Optional[dict] = Non
         cfg["flow_report_interval"] = args.flow_report_interval
     if flow_window(args, plan) is not None:
         cfg["flow_window"] = flow_window(args, plan)
+    if getattr(args, "flow_window_bytes", None) is not None:
+        cfg["flow_window_bytes"] = args.flow_window_bytes
     if getattr(args, "flow_ack_every", None) is not None:
         cfg["flow_ack_every"] = args.flow_ack_every
     if getattr(args, "send_window", None) is not None:
