@@ -225,21 +225,28 @@ class Tally:
                     return False
             return True
         for key, n in expect.items():
-            if not self.per_message(key, n)[0].all():
+            view = self._messages(key, n)
+            if view is None or len(view) < n or not view.all():
                 return False
         return True
 
+    def _messages(self, key, n):
+        """A view of the counts of the stream's first n messages (fewer if
+        not all were seen; None if none): message k is seq k * stride.
+        complete() runs on every turn of a receiver waiting for the end of
+        a run: a view, no copy."""
+        arr = self.counts.get(key)
+        return None if arr is None else arr[::max(1, int(self.strides.get(key, 1)))][:n]
+
     def per_message(self, key, n):
         """(how often each of the stream's first n messages was delivered,
-        how many seqs were delivered that are no message's): message k is
-        seq k * stride."""
-        arr = self.counts.get(key)
+        how many seqs were delivered that are no message's)."""
         a = np.zeros(n, np.uint8)
-        if arr is None:
+        view = self._messages(key, n)
+        if view is None:
             return a, 0
-        view = arr[::max(1, int(self.strides.get(key, 1)))][:n]
         a[:len(view)] = view
-        return a, int(np.count_nonzero(arr)) - int(np.count_nonzero(view))
+        return a, int(np.count_nonzero(self.counts[key])) - int(np.count_nonzero(view))
 
     def accounted(self, expect, lost) -> bool:
         """Whether every expected id was delivered or given up by the
