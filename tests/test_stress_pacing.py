@@ -86,7 +86,7 @@ def _run_sender(rate, duration, node):
     node.events = lambda: []
     node.transport = type("T", (), {"window_room": staticmethod(lambda: 1)})()
     node.stats = lambda: {"store_entries": 0, "store_bytes": 0, "gossip_buffer_entries": 0,
-                          "gossip_buffer_bytes": 0}
+                          "gossip_buffer_bytes": 0, "sent": len(node.stamps)}   # seqs: one a message
     node.flush = lambda timeout=None: True
     threading.Timer(duration + 1.0, lambda: cmds.put({"cmd": "stop"})).start()
     t0 = time.monotonic_ns()
