@@ -20,14 +20,13 @@ void rp_flowack_free(rp_flowack_t *f) {
     f->mask = 0;
 }
 
-int rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes) {
+void rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes) {
     f->limit_bytes = limit_bytes;
     if (f->cum && (!limit_bytes || f->mask < f->limit)) {
         free(f->cum);                   /* off, or too small for a larger window: a new one later */
         f->cum = NULL;
         f->mask = 0;
     }
-    return RP_OK;
 }
 
 void rp_flowack_arm_bytes(rp_flowack_t *f, const rp_node_t *n) {

@@ -156,7 +156,7 @@ RP_INLINE void rp_flowack_sent(rp_flowack_t *f, uint64_t seq, uint32_t len) {
 }
 
 /* The byte bound (0: none), after the window's limit in seqs. */
-int rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes);
+void rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes);
 
 /* Its account, a ring of cumulative bytes sized above the seq limit, from
  * next_seq on: made with the member table (what the control plane sets

@@ -789,7 +789,7 @@ cdef extern from "loop.h" nogil:
 
 cdef extern from "flowack.h" nogil:
     int rp_flowack_init(rp_flowack_t *f, uint64_t limit, uint32_t every, int64_t stale_ns, int64_t resend_ns)
-    int rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes)
+    void rp_flowack_set_bytes(rp_flowack_t *f, uint64_t limit_bytes)
     void rp_flowack_arm_bytes(rp_flowack_t *f, const rp_node_t *n)
     void rp_flowack_free(rp_flowack_t *f)
     int rp_flowack_set_members(rp_flowack_t *f, const uint32_t *ids, const uint32_t *incs,

@@ -161,7 +161,7 @@ def publish_batch(args) -> int:
     of payload.  The sender stamps a call's messages before the call, so the
     call's own duration is in their latency: 1024 messages of 64 KB (64 MiB,
     a hundred milliseconds to publish) showed p50 ~0.1 s where 16 per call
-    show a few ms, at 1.6x the rate (docs/performance.md)."""
+    show a few ms, at 1.3x the rate (docs/performance.md)."""
     if getattr(args, "batch", None):
         return args.batch
     return max(1, min(BATCH, BATCH_BYTES // max(1, args.size)))

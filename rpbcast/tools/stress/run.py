@@ -346,10 +346,10 @@ class Supervisor:
                 self.faults.on_sending_done(time.monotonic_ns())
             expect = {k: ev["count"] for k, ev in self.streams.items()}
             latest = {k: ev.get("latest") for k, ev in self.streams.items()}
-            self.strides = {k: seqs_per_message(ev) for k, ev in self.streams.items()}
             key = (tuple(sorted(expect.items())), tuple(sorted(self.dead_streams)))
             if key != self.expect_key:
                 self.expect, self.latest = expect, latest
+                self.strides = {k: seqs_per_message(ev) for k, ev in self.streams.items()}
                 self.expect_key = key
                 self.complete = set()
                 self.group.send([i for i in self.live_receivers() if i in procs], cmd="expect",
